@@ -1,0 +1,266 @@
+"""GPU targets: compute capabilities, compile variants, families, and the name parser.
+
+The facts live in rules/targets.toml; this module only loads and queries them.
+An "arch set" throughout archaudit is a frozenset of GPU names such as {"sm_90", "sm_120"}.
+"""
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from .ruledata import load_rule, load_toml
+
+ArchSet = frozenset  # of GPU names ("sm_90"); kept as a plain frozenset for speed and hashing
+
+
+@dataclass(frozen=True, order=True)
+class Gpu:
+    major: int
+    minor: int
+    arch: str = ""
+    products: tuple[str, ...] = ()
+    variants: tuple[str, ...] = ()
+    family: str | None = None
+    smem_per_block_kib: int = 0
+
+    @property
+    def name(self) -> str:
+        return f"sm_{self.major}{self.minor}"
+
+    @property
+    def cc(self) -> int:
+        """Capability as get_device_sm() returns it: major*10+minor."""
+        return self.major * 10 + self.minor
+
+    @property
+    def cuda_arch(self) -> int:
+        """Value of __CUDA_ARCH__ when compiling for this GPU."""
+        return self.major * 100 + self.minor * 10
+
+
+@dataclass(frozen=True, order=True)
+class CompileTarget:
+    """What nvcc compiles for: sm_XY, sm_XYa or sm_XYf."""
+
+    major: int
+    minor: int
+    variant: str = ""  # "", "a" or "f"
+
+    @property
+    def name(self) -> str:
+        return f"sm_{self.major}{self.minor}{self.variant}"
+
+    @property
+    def gpu_name(self) -> str:
+        return f"sm_{self.major}{self.minor}"
+
+    @property
+    def cuda_arch(self) -> int:
+        return self.major * 100 + self.minor * 10
+
+
+@dataclass(frozen=True)
+class TargetRequest:
+    """A --target as the user gave it: a GPU, and a compile variant when one was spelled out."""
+
+    gpu: Gpu
+    variant: str | None  # None: not given, use what a JIT would pass
+    text: str
+
+
+class UnknownTarget(ValueError):
+    def __init__(self, text: str, suggestions: list[str]):
+        self.text = text
+        self.suggestions = suggestions
+        hint = f"; closest known: {', '.join(suggestions)}" if suggestions else ""
+        super().__init__(f"unknown target {text!r}{hint}")
+
+
+_SM_RE = re.compile(r"^(?:sm|compute)?[_ ]?(\d{2,3})([af]?)$")
+_DOTTED_RE = re.compile(r"^(\d{1,2})\.(\d)([af]?)$")
+
+
+def _norm_alias(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "", text.lower())
+
+
+class Registry:
+    def __init__(self, data: dict):
+        gpus = []
+        for g in data.get("gpu", []):
+            m = re.fullmatch(r"sm_(\d+)(\d)", g["sm"])
+            if not m:
+                raise ValueError(f"targets.toml: bad sm name {g['sm']!r}")
+            gpus.append(
+                Gpu(
+                    major=int(m.group(1)),
+                    minor=int(m.group(2)),
+                    arch=g.get("arch", ""),
+                    products=tuple(g.get("products", ())),
+                    variants=tuple(g.get("variants", ())),
+                    family=g.get("family"),
+                    smem_per_block_kib=int(g.get("smem_per_block_kib", 0)),
+                )
+            )
+        self.gpus: tuple[Gpu, ...] = tuple(sorted(gpus))
+        self.by_name: dict[str, Gpu] = {g.name: g for g in self.gpus}
+        self.families: dict[str, tuple[str, ...]] = {
+            k: tuple(v.get("members", ())) for k, v in data.get("family", {}).items()
+        }
+        jv = data.get("jit_variant", {})
+        self._jit_default = jv.get("default", "")
+        self._jit_by_major = {int(k): v for k, v in jv.get("by_major", {}).items()}
+        self._jit_by_cap = dict(jv.get("by_capability", {}))
+        self.aliases: dict[str, Gpu] = {}
+        for g in self.gpus:
+            for p in g.products:
+                self.aliases[_norm_alias(p)] = g
+        self.all: ArchSet = frozenset(self.by_name)
+
+    # --- naming -------------------------------------------------------------------------
+    def sort_names(self, names) -> list[str]:
+        def key(n: str):
+            g = self.by_name.get(n)
+            return (g.major, g.minor) if g else (999, 0)
+
+        return sorted(names, key=key)
+
+    def gpu(self, major: int, minor: int) -> Gpu | None:
+        return self.by_name.get(f"sm_{major}{minor}")
+
+    def parse(self, text: str) -> TargetRequest:
+        """Parse sm_120, sm120, 12.0, 120f, sm_120a, compute_90a or a product alias."""
+        raw = text.strip()
+        t = raw.lower()
+        m = _SM_RE.match(t)
+        major = minor = None
+        variant = None
+        if m:
+            digits, suffix = m.group(1), m.group(2)
+            major, minor = int(digits[:-1]), int(digits[-1])
+            variant = suffix or None
+        else:
+            m = _DOTTED_RE.match(t)
+            if m:
+                major, minor = int(m.group(1)), int(m.group(2))
+                variant = m.group(3) or None
+        if major is not None:
+            g = self.gpu(major, minor)
+            if g is not None:
+                if variant is not None and variant not in g.variants:
+                    raise UnknownTarget(raw, [f"{g.name}{v}" for v in g.variants])
+                return TargetRequest(g, variant, raw)
+        g = self.aliases.get(_norm_alias(raw))
+        if g is not None:
+            return TargetRequest(g, None, raw)
+        raise UnknownTarget(raw, self.suggest(raw))
+
+    def suggest(self, text: str, n: int = 4) -> list[str]:
+        names = list(self.by_name)
+        for g in self.gpus:
+            names += [f"{g.name}{v}" for v in g.variants if v]
+            names += list(g.products)
+        return difflib.get_close_matches(text, names, n=n, cutoff=0.4) or difflib.get_close_matches(
+            text.lower(), [x.lower() for x in names], n=n, cutoff=0.3
+        )
+
+    # --- compilation --------------------------------------------------------------------
+    def jit_target(self, gpu: Gpu) -> CompileTarget:
+        """The compile target a JIT (flashinfer's normalisation) builds for this GPU."""
+        v = self._jit_by_cap.get(gpu.name)
+        if v is None:
+            v = self._jit_by_major.get(gpu.major, self._jit_default)
+        if v not in gpu.variants and "" in gpu.variants:
+            v = ""
+        return CompileTarget(gpu.major, gpu.minor, v)
+
+    def compile_target(self, req: TargetRequest) -> CompileTarget:
+        if req.variant is not None:
+            return CompileTarget(req.gpu.major, req.gpu.minor, req.variant)
+        return self.jit_target(req.gpu)
+
+    def family_of(self, gpu_name: str) -> tuple[str, ...]:
+        g = self.by_name.get(gpu_name)
+        if g is None or g.family is None:
+            return (gpu_name,)
+        return self.families.get(g.family, (gpu_name,))
+
+    def runs_on(self, code: CompileTarget, ptx: bool = False) -> ArchSet:
+        """GPUs that can run code built for `code` (SASS, or PTX when ptx=True)."""
+        out = set()
+        for g in self.gpus:
+            if code.variant == "a":
+                ok = (g.major, g.minor) == (code.major, code.minor)
+            elif code.variant == "f":
+                ok = g.name in self.family_of(code.gpu_name) and g.minor >= code.minor and g.major == code.major
+            elif ptx:
+                ok = (g.major, g.minor) >= (code.major, code.minor)
+            else:
+                ok = g.major == code.major and g.minor >= code.minor
+            if ok:
+                out.add(g.name)
+        return frozenset(out)
+
+    def with_major(self, majors) -> ArchSet:
+        ms = set(majors)
+        return frozenset(g.name for g in self.gpus if g.major in ms)
+
+
+_GENCODE_RE = re.compile(
+    r"(?:-gencode[= ]?)?arch=compute_(\d+)([af]?),code=\[?([a-z_0-9,]+)\]?"
+    r"|-arch[= ]?(sm|compute)_(\d+)([af]?)"
+    r"|--gpu-architecture[= ]?(sm|compute)_(\d+)([af]?)"
+)
+
+
+def _split_cc(digits: str) -> tuple[int, int]:
+    return int(digits[:-1]), int(digits[-1])
+
+
+def admits_of_nvcc_flags(reg: Registry, flags: list[str]) -> ArchSet | None:
+    """GPUs that can run what these nvcc flags produce, or None if no target flag is present."""
+    found = False
+    out: set[str] = set()
+    for flag in flags:
+        for m in _GENCODE_RE.finditer(flag):
+            found = True
+            if m.group(1):
+                for code in m.group(3).split(","):
+                    cm = re.fullmatch(r"(sm|compute)_(\d+)([af]?)", code)
+                    if not cm:
+                        continue
+                    maj, mi = _split_cc(cm.group(2))
+                    out |= reg.runs_on(CompileTarget(maj, mi, cm.group(3)), ptx=cm.group(1) == "compute")
+            else:
+                kind, digits, var = (m.group(4), m.group(5), m.group(6)) if m.group(4) else (m.group(7), m.group(8), m.group(9))
+                maj, mi = _split_cc(digits)
+                ct = CompileTarget(maj, mi, var)
+                # -arch=sm_XY embeds SASS for XY and PTX for compute_XY
+                out |= reg.runs_on(ct, ptx=True)
+    return frozenset(out) if found else None
+
+
+_ARCH_LIST_ITEM = re.compile(r"^(\d{1,2})\.(\d)([af]?)(\+PTX)?$", re.I)
+
+
+def admits_of_arch_list(reg: Registry, text: str) -> ArchSet | None:
+    """GPUs admitted by a TORCH_CUDA_ARCH_LIST / FLASHINFER_CUDA_ARCH_LIST style string."""
+    items = [x for x in re.split(r"[;\s,]+", text.strip()) if x]
+    if not items or not all(_ARCH_LIST_ITEM.match(x) for x in items):
+        return None
+    out: set[str] = set()
+    for x in items:
+        m = _ARCH_LIST_ITEM.match(x)
+        ct = CompileTarget(int(m.group(1)), int(m.group(2)), m.group(3).lower())
+        out |= reg.runs_on(ct, ptx=False)
+        if m.group(4):
+            out |= reg.runs_on(ct, ptx=True)
+    return frozenset(out)
+
+
+@lru_cache(maxsize=None)
+def registry(path: str | None = None) -> Registry:
+    return Registry(load_toml(Path(path)) if path else load_rule("targets"))
