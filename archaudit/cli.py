@@ -16,9 +16,10 @@ def main() -> None:
 
 def _register_optional_commands() -> None:
     # Command groups that live in their own modules register here.
-    from . import cli_cuda
+    from . import cli_cuda, cli_rules
 
     cli_cuda.register(main)
+    cli_rules.register(main)
 
 
 _register_optional_commands()
