@@ -1,0 +1,430 @@
+"""Architecture-specific features of CUDA/C++ code, extracted per file (target-independent).
+
+`extract(path, data)` reads one file once and returns `FileFacts`: plain, picklable data that
+every later question about the file (any target, any TU) is answered from:
+
+* the preprocessor program (`preproc.Program`: regions, defines, includes, guard);
+* owners (functions, classes, aliases at namespace scope) with the identifiers each uses, split
+  by region, for name-based reachability (what a TU instantiates and what its kernels call);
+* inline-PTX `asm` statements (adjacent literals concatenated, macro pieces kept for later
+  expansion) and the PTX rules they match; identifiers matching intrinsic/atom rules;
+* trap sites (`__trap()`, `asm("trap;")`, `CUTLASS_NOT_IMPLEMENTED()`,
+  `CUTE_INVALID_CONTROL_PATH(...)`, `__builtin_trap()`);
+* `__global__` kernels with their body split into region segments, which is how a kernel whose
+  whole body sits under an `#if` that excludes a target is recognised as empty for it;
+* constant shared-memory requests (static `__shared__` arrays, dynamic-size attributes).
+
+Matches against rules are computed at extraction; `FileFacts.rules_key` names the rule set used
+so that a cache keyed by content hash can also key on the rules.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+from bisect import bisect_left
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from ..parsing import cpp
+from .preproc import Program, build_program
+
+# --- data ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class OwnerFacts:
+    name: str
+    kind: str  # "func" | "class" | "alias"
+    template: bool
+    line: int
+    end_line: int
+    region: int  # region of the head
+    kernel: bool
+    device_only: bool
+    head_words: tuple[str, ...]
+    top: int  # index of the top-level owner containing it (itself when top-level)
+    qual: str = ""
+
+
+@dataclass
+class AsmFacts:
+    line: int
+    region: int
+    top: int  # top-level owner index, -1 outside any
+    pieces: tuple[tuple[str, str, int], ...]  # ("s", text, line) literal | ("m", NAME, line) macro
+    hits: tuple[tuple[str, int, str], ...]  # (rule id, line, matched text) from literal-only text
+
+
+@dataclass
+class IdentHit:
+    line: int
+    region: int
+    top: int
+    rule: str
+    text: str
+
+
+@dataclass
+class TrapSite:
+    line: int
+    region: int
+    top: int
+    kind: str  # "__trap" | "asm-trap" | "CUTLASS_NOT_IMPLEMENTED" | "CUTE_INVALID_CONTROL_PATH" | "__builtin_trap"
+    text: str
+
+
+@dataclass
+class KernelFacts:
+    name: str
+    line: int
+    owner: int  # owner index
+    top: int
+    template: bool
+    head_words: tuple[str, ...]
+    # body split by region: (region, has real code, has trap, has print)
+    segments: tuple[tuple[int, bool, bool, bool], ...]
+    end_line: int = 0
+
+
+@dataclass
+class SmemSite:
+    line: int
+    region: int
+    top: int
+    kind: str  # "static" | "dynamic"
+    elem_bytes: int  # element size for static arrays (1 for dynamic: the expression is bytes)
+    expr: str  # dimension product / byte expression, preprocessor-evaluable text
+    text: str
+
+
+@dataclass
+class FileFacts:
+    path: str
+    program: Program
+    owners: list[OwnerFacts]
+    # identifiers per (top-level owner, region); owner -1: code outside every owner
+    tokens: dict[tuple[int, int], frozenset]
+    asm: list[AsmFacts]
+    idents: list[IdentHit]
+    traps: list[TrapSite]
+    kernels: list[KernelFacts]
+    smem: list[SmemSite]
+    nlines: int
+    rules_key: str = ""
+    digest: str = ""
+
+    def owner_names(self) -> dict[str, list[int]]:
+        out: dict[str, list[int]] = {}
+        for i, o in enumerate(self.owners):
+            if o.top == i and o.name:
+                out.setdefault(o.name, []).append(i)
+        return out
+
+
+# --- rules ---------------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=1)
+def _rules():
+    from . import ruleset
+
+    return tuple(ruleset.feature_rules())
+
+
+def rules_key() -> str:
+    h = hashlib.sha1()
+    for r in _rules():
+        h.update(f"{r.id}\0{r.kind}\0{r.pattern.pattern}\0{sorted(r.supported_on)}\n".encode())
+    return h.hexdigest()[:16]
+
+
+def rules_by_id() -> dict:
+    return {r.id: r for r in _rules()}
+
+
+_ident_memo: dict[str, tuple[str, ...]] = {}
+
+
+def _ident_rules(ident: str) -> tuple[str, ...]:
+    hit = _ident_memo.get(ident)
+    if hit is None:
+        hit = tuple(r.id for r in _rules() if r.kind != "ptx" and r.pattern.search(ident))
+        _ident_memo[ident] = hit
+    return hit
+
+
+def ptx_hits(text: str) -> list[tuple[str, int, str]]:
+    """(rule id, offset, matched text) of every PTX rule matching an asm string."""
+    out = []
+    for r in _rules():
+        if r.kind != "ptx":
+            continue
+        m = r.pattern.search(text)
+        if m:
+            out.append((r.id, m.start(), m.group()))
+    return out
+
+
+# --- extraction ----------------------------------------------------------------------------------
+
+_STOP = frozenset(
+    """if else for while do switch case default break continue return goto sizeof alignof decltype
+    typedef typename template using namespace class struct union enum public private protected
+    virtual override final static const constexpr volatile inline extern mutable auto void bool
+    char short int long float double signed unsigned true false nullptr this new delete operator
+    friend explicit noexcept static_assert static_cast reinterpret_cast const_cast dynamic_cast
+    __device__ __host__ __global__ __forceinline__ __inline__ __noinline__ __shared__ __constant__
+    __restrict__ uint32_t int32_t uint64_t int64_t uint16_t int16_t uint8_t int8_t size_t std
+    cute cutlass flashinfer detail int2 int4 float2 float4 uint2 uint4 threadIdx blockIdx blockDim
+    gridDim value type T N""".split()
+)
+_ASM = re.compile(r"\b(?:asm|__asm__|__asm)\b(?:\s*(?:volatile|__volatile__|goto|inline)\b)*\s*\(")
+_TRAP = re.compile(
+    r"\b(__trap|__builtin_trap|CUTLASS_NOT_IMPLEMENTED|CUTE_INVALID_CONTROL_PATH)\s*\("
+)
+_PRINTF = re.compile(r"\b(?:printf|CUTE_INVALID_CONTROL_PATH|CUTLASS_NOT_IMPLEMENTED)\s*\(")
+_SHARED = re.compile(
+    r"(?<!extern)(?<!extern )\b__shared__\s+((?:(?:__align__|alignas)\s*\(\s*\d+\s*\)\s*)?[\w:<>, ]*?)\s*\b([A-Za-z_]\w*)\s*((?:\[[^\]\[;]+\]\s*)+)(?:=[^;]*)?;"
+)
+_DYN_SMEM = re.compile(
+    r"\bcudaFuncSetAttribute\s*\(([^;]*?),\s*cudaFuncAttributeMaxDynamicSharedMemorySize\s*,\s*([^;]+?)\)\s*\)?\s*;"
+)
+_TYPE_BYTES = {
+    "char": 1, "int8_t": 1, "uint8_t": 1, "bool": 1, "__nv_fp8_e4m3": 1, "__nv_fp8_e5m2": 1,
+    "short": 2, "int16_t": 2, "uint16_t": 2, "half": 2, "__half": 2, "nv_bfloat16": 2, "__nv_bfloat16": 2,
+    "int": 4, "unsigned": 4, "uint32_t": 4, "int32_t": 4, "float": 4, "half2": 4, "__half2": 4,
+    "nv_bfloat162": 4, "__nv_bfloat162": 4,
+    "double": 8, "int64_t": 8, "uint64_t": 8, "float2": 8, "int2": 8, "uint2": 8, "long": 8,
+    "float4": 16, "int4": 16, "uint4": 16, "double2": 16,
+}
+
+
+def _segments(prog: Program, start: int, end: int):
+    """(seg_start, seg_end, region) covering [start, end) split at region changes."""
+    from bisect import bisect_right
+
+    i = bisect_right(prog.region_starts, start) - 1
+    out = []
+    pos = start
+    while pos < end:
+        rid = prog.region_at[i] if i >= 0 else 0
+        nxt = prog.region_starts[i + 1] if i + 1 < len(prog.region_starts) else end
+        seg_end = min(end, nxt)
+        if seg_end > pos:
+            out.append((pos, seg_end, rid))
+        pos = seg_end
+        i += 1
+    return out
+
+
+def _asm_pieces(sc: cpp.Scan, open_paren: int) -> tuple[list[tuple[str, str, int]], int]:
+    """Pieces of the asm template: string literals and macro names up to the first ':' or ')'."""
+    body = sc.body
+    pieces: list[tuple[str, str, int]] = []
+    depth = 0
+    pos = open_paren
+    tok = re.compile(r'"|[A-Za-z_]\w*|[():]')
+    n = len(body)
+    while pos < n:
+        m = tok.search(body, pos)
+        if not m:
+            break
+        t = m.group()
+        if t == "(":
+            depth += 1
+        elif t == ")":
+            depth -= 1
+            if depth == 0:
+                return pieces, m.end()
+        elif t == ":" and depth == 1:
+            if body[m.start() : m.start() + 2] == "::":
+                pos = m.start() + 2
+                continue
+            return pieces, m.end()
+        elif t == '"':
+            span = sc.string_at(m.start())
+            if span is None:
+                pos = m.end()
+                continue
+            lit = sc.text[span[0] : span[1]]
+            pieces.append(("s", cpp.string_value(lit), sc.line_of(span[0])))
+            pos = span[1]
+            continue
+        elif depth == 1:
+            if m.end() < n and body[m.end()] == '"' and t in ("R", "L", "u", "U", "u8", "LR", "uR", "UR", "u8R"):
+                pos = m.end()  # encoding prefix / raw-string marker of the literal that follows
+                span = sc.string_at(m.start()) if t.endswith("R") else None
+                if span is not None:
+                    pieces.append(("s", cpp.string_value(sc.text[span[0] : span[1]]), sc.line_of(span[0])))
+                    pos = span[1]
+                continue
+            if t not in ("volatile", "__volatile__"):
+                pieces.append(("m", t, sc.line_of(m.start())))
+        pos = m.end()
+    return pieces, n
+
+
+def literal_asm_text(pieces) -> tuple[str, list[tuple[int, int]]] | None:
+    """Concatenated text of an all-literal asm template, with (offset, line) marks; None if a
+    piece is a macro name."""
+    parts = []
+    marks = []
+    off = 0
+    for kind, val, line in pieces:
+        if kind != "s":
+            return None
+        marks.append((off, line))
+        parts.append(val)
+        off += len(val)
+    return "".join(parts), marks
+
+
+def line_at(marks: list[tuple[int, int]], offset: int, default: int) -> int:
+    line = default
+    for off, ln in marks:
+        if off <= offset:
+            line = ln
+        else:
+            break
+    return line
+
+
+def _strip_stub_code(seg: str) -> str:
+    """What is left of a code segment once error-reporting statements are removed."""
+    s = re.sub(r"\b(?:printf|CUTE_INVALID_CONTROL_PATH|CUTLASS_NOT_IMPLEMENTED|__trap|__builtin_trap|__brkpt|assert)\s*\((?:[^;()]|\([^;()]*\))*\)\s*;", " ", seg)
+    s = re.sub(r"\b(?:asm|__asm__)\b(?:\s*(?:volatile|__volatile__))?\s*\(\s*\"\s*\w*;?\s*\"\s*\)\s*;", " ", s)
+    s = re.sub(r"\(\s*void\s*\)\s*[\w.]+\s*;", " ", s)
+    s = re.sub(r"\breturn\s*;", " ", s)
+    s = re.sub(r"\bif\s*\(\s*(?:cute::)?thread0\s*\(\s*\)\s*\)", " ", s)
+    s = re.sub(r"[{};\s]+", "", s)
+    return s
+
+
+def extract(path: str, data: bytes | str) -> FileFacts:
+    sc = cpp.scan(data)
+    prog = build_program(sc)
+    st = cpp.structure(sc)
+    body = sc.body
+
+    # owners and their top-level owner
+    owners: list[OwnerFacts] = []
+    for i, o in enumerate(st.owners):
+        top = st.top_owner_at(o.start)
+        if top < 0:
+            top = i
+        owners.append(
+            OwnerFacts(o.name, o.kind, o.template, o.line, sc.line_of(max(o.start, o.end - 1)), prog.region_of(o.start),
+                       o.kernel, o.device_only, o.head_words, top, o.qual)
+        )
+
+    # identifiers per (top owner, region)
+    tokens: dict[tuple[int, int], set] = {}
+    bounds = []  # (start, end, owner) of top-level owners and the gaps between them
+    pos = 0
+    for s, e, idx in st.top:
+        if s > pos:
+            bounds.append((pos, s, -1))
+        bounds.append((s, e, idx))
+        pos = e
+    if pos < len(body):
+        bounds.append((pos, len(body), -1))
+    findall = cpp.IDENT.findall
+    for s, e, idx in bounds:
+        for ss, se, rid in _segments(prog, s, e):
+            words = findall(body, ss, se)
+            if words:
+                tokens.setdefault((idx, rid), set()).update(words)
+    frozen = {k: frozenset(v - _STOP) for k, v in tokens.items()}
+
+    def top_at(off: int) -> int:
+        return st.top_owner_at(off)
+
+    # asm statements
+    asm: list[AsmFacts] = []
+    traps: list[TrapSite] = []
+    trap_offs: list[int] = []
+    for m in _ASM.finditer(body):
+        pieces, _end = _asm_pieces(sc, m.end() - 1)
+        line = sc.line_of(m.start())
+        rid = prog.region_of(m.start())
+        hits: list[tuple[str, int, str]] = []
+        lit = literal_asm_text(pieces)
+        if lit is not None:
+            text, marks = lit
+            for rule_id, off, matched in ptx_hits(text):
+                hits.append((rule_id, line_at(marks, off, line), matched))
+            if re.search(r"(?:^|[\s;{}])trap\s*;", text):
+                traps.append(TrapSite(line, rid, top_at(m.start()), "asm-trap", 'asm("trap;")'))
+                trap_offs.append(m.start())
+        asm.append(AsmFacts(line, rid, top_at(m.start()), tuple(pieces), tuple(hits)))
+
+    for m in _TRAP.finditer(body):
+        kind = m.group(1)
+        if kind == "__trap" or kind == "__builtin_trap":
+            # a declaration (`void __trap()`) is not a call
+            before = body[max(0, m.start() - 40) : m.start()]
+            if re.search(r"\b(?:void|define)\s*$", before):
+                continue
+        line = sc.line_of(m.start())
+        text = sc.text[m.start() : sc.text.find(";", m.start(), m.start() + 300) + 1 or m.end()].strip()
+        traps.append(TrapSite(line, prog.region_of(m.start()), top_at(m.start()), kind, text[:160]))
+        trap_offs.append(m.start())
+
+    # identifiers matching intrinsic/atom rules
+    idents: list[IdentHit] = []
+    distinct = set(findall(body))
+    matched = {w: _ident_rules(w) for w in distinct}
+    matched = {w: r for w, r in matched.items() if r}
+    if matched:
+        names_re = re.compile(r"\b(?:" + "|".join(sorted(map(re.escape, matched), key=len, reverse=True)) + r")\b")
+        for m in names_re.finditer(body):
+            w = m.group()
+            top = top_at(m.start())
+            if top >= 0 and st.owners[top].name == w:
+                continue  # the definition of the atom itself, or its own members
+            for rule_id in matched[w]:
+                idents.append(IdentHit(sc.line_of(m.start()), prog.region_of(m.start()), top, rule_id, w))
+
+    # kernels (and functions whose head has a kernel-ish macro such as CUTLASS_GLOBAL, which the
+    # TU's macro table decides)
+    trap_offsets = sorted(trap_offs)
+    kernels: list[KernelFacts] = []
+    for i, o in enumerate(st.owners):
+        if o.kind != "func":
+            continue
+        macro_words = tuple(w for w in o.head_words if "GLOBAL" in w or "KERNEL" in w)
+        if not (o.kernel or macro_words):
+            continue
+        segs = []
+        for ss, se, rid in _segments(prog, o.body_start + 1, max(o.body_start + 1, o.end - 1)):
+            seg = body[ss:se]
+            lo = bisect_left(trap_offsets, ss)
+            has_trap = lo < len(trap_offsets) and trap_offsets[lo] < se
+            has_print = bool(_PRINTF.search(seg))
+            real = bool(_strip_stub_code(seg))
+            if real or has_trap or has_print:
+                segs.append((rid, real, has_trap, has_print))
+        top = st.top_owner_at(o.start)
+        kernels.append(KernelFacts(o.name, o.line, i, top if top >= 0 else i, o.template, macro_words,
+                                   tuple(segs), sc.line_of(max(o.start, o.end - 1))))
+
+    # shared memory
+    smem: list[SmemSite] = []
+    for m in _SHARED.finditer(body):
+        before = body[max(0, m.start() - 12) : m.start()]
+        if "extern" in before:
+            continue
+        tname = re.sub(r"(?:__align__|alignas)\s*\(\s*\d+\s*\)", "", m.group(1)).strip().split("::")[-1].strip()
+        eb = _TYPE_BYTES.get(tname)
+        if eb is None:
+            continue
+        dims = re.findall(r"\[([^\]]+)\]", m.group(3))
+        expr = "*".join(f"({d})" for d in dims)
+        smem.append(SmemSite(sc.line_of(m.start()), prog.region_of(m.start()), top_at(m.start()), "static", eb, expr,
+                             sc.text[m.start() : m.end()][:160]))
+    for m in _DYN_SMEM.finditer(body):
+        smem.append(SmemSite(sc.line_of(m.start()), prog.region_of(m.start()), top_at(m.start()), "dynamic", 1,
+                             m.group(2).strip(), sc.text[m.start() : m.end()][:160]))
+
+    return FileFacts(path, prog, owners, frozen, asm, idents, traps, kernels, smem,
+                     len(sc.line_starts), rules_key(), hashlib.sha1(sc.text.encode("latin-1")).hexdigest())

@@ -1,0 +1,275 @@
+"""Include resolution: include roots of a package, and `#include` lookup against them.
+
+Roots are discovered, not listed: directories named `include/`, the paths a JIT's Python code
+builds from its package root (`_package_root / "data" / "cutlass" / "include"` in flashinfer's
+jit/env.py, read as text), and, lazily, the directory that makes an otherwise unresolved
+`#include <a/b.h>` resolve when exactly one such prefix exists in the package.
+
+Lookup follows gcc/nvcc: a quoted include is looked up next to the including file first, then
+in the roots in order; an angled include only in the roots. What the roots do not hold is either
+a system/toolkit header (recognised by name: the C/C++ library, the CUDA toolkit, torch, tvm-ffi,
+...) or unresolved, which the caller reports as a diagnostic.
+"""
+from __future__ import annotations
+
+import posixpath
+import re
+from dataclasses import dataclass
+from typing import Iterable, Protocol
+
+
+class Reader(Protocol):
+    def read(self, relpath: str) -> bytes | None: ...
+
+    def exists(self, relpath: str) -> bool: ...
+
+
+@dataclass(frozen=True)
+class IncludeRoot:
+    path: str  # POSIX, relative to the scan root ("" is the scan root itself)
+    vendored: bool = False  # a bundled third-party project (CUTLASS, CCCL, spdlog ...)
+    origin: str = ""  # how it was found: "cli", "jit-env", "layout", "suffix", "file-dir"
+
+    def __str__(self) -> str:
+        return self.path or "."
+
+
+def as_root(r: "IncludeRoot | str") -> IncludeRoot:
+    return r if isinstance(r, IncludeRoot) else IncludeRoot(norm(r), False, "given")
+
+
+def norm(p: str) -> str:
+    p = posixpath.normpath(p.replace("\\", "/")) if p else ""
+    return "" if p == "." else p
+
+
+def join(a: str, b: str) -> str:
+    return norm(posixpath.join(a, b)) if a else norm(b)
+
+
+# --- external (system / toolkit) headers --------------------------------------------------------
+
+# C and C++ standard library headers (no extension), and POSIX/Linux headers.
+_STD_HEADERS = frozenset(
+    """algorithm any array atomic barrier bit bitset cassert ccomplex cctype cerrno cfenv cfloat
+    charconv chrono cinttypes ciso646 climits clocale cmath codecvt compare complex concepts
+    condition_variable coroutine csetjmp csignal cstdarg cstddef cstdint cstdio cstdlib cstring
+    ctime cuchar cwchar cwctype deque exception execution expected filesystem format forward_list
+    fstream functional future initializer_list iomanip ios iosfwd iostream istream iterator latch
+    limits list locale map memory memory_resource mutex new numbers numeric optional ostream queue
+    random ranges ratio regex scoped_allocator semaphore set shared_mutex source_location span
+    sstream stack stdexcept stop_token streambuf string string_view syncstream system_error thread
+    tuple type_traits typeindex typeinfo unordered_map unordered_set utility valarray variant
+    vector version assert.h ctype.h errno.h fenv.h float.h inttypes.h limits.h locale.h math.h
+    setjmp.h signal.h stdarg.h stdbool.h stddef.h stdint.h stdio.h stdlib.h string.h time.h
+    uchar.h wchar.h wctype.h unistd.h dlfcn.h fcntl.h pthread.h sched.h execinfo.h cxxabi.h
+    malloc.h alloca.h strings.h poll.h netdb.h numa.h numaif.h mpi.h""".split()
+)
+_EXTERNAL_PREFIXES = (
+    "sys/", "linux/", "arpa/", "netinet/", "bits/", "ext/", "asm/",
+    "torch/", "ATen/", "c10/", "caffe2/", "pybind11/", "tvm/ffi/", "dlpack/", "Python.h",
+    "crt/", "cuda/", "cooperative_groups", "thrust/", "cub/", "nv/", "nvtx3/", "cuda_",
+    "cuda.h", "cudaTypedefs.h", "cudart", "cublas", "cublasLt", "cudnn", "cufft", "curand",
+    "cusparse", "cusolver", "nccl", "nvml", "nvrtc", "nvtx", "nvshmem", "mma.h", "vector_types.h",
+    "vector_functions", "device_", "driver_", "host_", "builtin_types.h", "math_constants.h",
+    "math_functions.h", "sm_", "texture_", "surface_", "library_types.h", "channel_descriptor.h",
+    "common_functions.h", "cupti", "nvPTXCompiler.h", "nvJitLink.h", "fatbinary", "cufile",
+    "gdrapi.h", "infiniband/", "rdma/", "mpi", "omp.h", "spdlog/", "fmt/",
+)
+
+
+def is_external_header(spelled: str) -> bool:
+    """Recognised as a system, CUDA-toolkit or framework header (looked up outside the package)."""
+    s = spelled.strip()
+    if s in _STD_HEADERS:
+        return True
+    return s.startswith(_EXTERNAL_PREFIXES)
+
+
+# --- resolution ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Resolution:
+    spelled: str
+    angled: bool
+    path: str | None  # resolved file (relative to the scan root), None if not a package file
+    kind: str  # "file" | "external" | "unresolved"
+    root: int = -1  # index of the root it was found in (-1: next to the includer or not found)
+
+
+class IncludeResolver:
+    def __init__(self, reader: Reader, roots: Iterable[IncludeRoot | str], files: Iterable[str] | None = None):
+        self.reader = reader
+        self.roots: list[IncludeRoot] = [as_root(r) for r in roots]
+        self._cache: dict[tuple[str, bool, str], Resolution] = {}
+        self._files = list(files) if files is not None else None
+        self._suffix_index: dict[str, list[str]] | None = None
+
+    def add_root(self, root: IncludeRoot) -> None:
+        if all(r.path != root.path for r in self.roots):
+            self.roots.append(root)
+            self._cache.clear()
+
+    def resolve(self, spelled: str, angled: bool, includer: str, after_root: int | None = None) -> Resolution:
+        """Resolve one `#include` (after_root: for `#include_next`, continue after that root)."""
+        key = (spelled, angled, posixpath.dirname(includer) if not angled else "", after_root)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        res = self._resolve(spelled, angled, includer, after_root)
+        self._cache[key] = res
+        return res
+
+    def _resolve(self, spelled: str, angled: bool, includer: str, after_root: int | None) -> Resolution:
+        spelled = spelled.strip()
+        if not spelled:
+            return Resolution(spelled, angled, None, "unresolved")
+        if spelled.startswith("/"):
+            return Resolution(spelled, angled, None, "external")
+        if not angled and after_root is None:
+            cand = join(posixpath.dirname(includer), spelled)
+            if not cand.startswith("..") and self.reader.exists(cand):
+                return Resolution(spelled, angled, cand, "file")
+        start = 0 if after_root is None else after_root + 1
+        for i in range(start, len(self.roots)):
+            cand = join(self.roots[i].path, spelled)
+            if not cand.startswith("..") and self.reader.exists(cand):
+                return Resolution(spelled, angled, cand, "file", i)
+        if is_external_header(spelled):
+            return Resolution(spelled, angled, None, "external")
+        root = self._suffix_root(spelled)
+        if root is not None:
+            self.add_root(root)
+            return Resolution(spelled, angled, join(root.path, spelled), "file", len(self.roots) - 1)
+        return Resolution(spelled, angled, None, "unresolved")
+
+    def _suffix_root(self, spelled: str) -> IncludeRoot | None:
+        """The one directory D in the package such that D/spelled exists (multi-component names only)."""
+        if self._files is None or "/" not in spelled:
+            return None
+        if self._suffix_index is None:
+            idx: dict[str, list[str]] = {}
+            for f in self._files:
+                parts = f.split("/")
+                if len(parts) >= 2:
+                    idx.setdefault("/".join(parts[-2:]), []).append(f)
+            self._suffix_index = idx
+        tail2 = "/".join(spelled.split("/")[-2:])
+        roots = set()
+        for f in self._suffix_index.get(tail2, ()):
+            if f.endswith("/" + spelled):
+                roots.add(f[: -len(spelled) - 1])
+        if len(roots) != 1:
+            return None
+        r = roots.pop()
+        return IncludeRoot(r, _looks_vendored(r, [x.path for x in self.roots]), "suffix")
+
+
+# --- discovery -----------------------------------------------------------------------------------
+
+_PATH_CHAIN = re.compile(r"(\b[A-Za-z_]\w*)((?:\s*/\s*[\"'][^\"'\n]+[\"'])+)")
+_BASE_ASSIGN = re.compile(
+    r"^([A-Za-z_]\w*)\s*(?::\s*[\w.\[\]]+\s*)?=\s*(?:pathlib\.)?Path\(\s*__file__\s*\)((?:\.parents\[\d+\]|\.parent\b|\.resolve\(\))*)",
+    re.M,
+)
+
+
+def roots_from_python(py_relpath: str, source: str) -> list[str]:
+    """Directories a Python module builds as `BASE / "a" / "b"` from `BASE = Path(__file__)...`.
+
+    This reads flashinfer's jit/env.py (FLASHINFER_INCLUDE_DIR, CUTLASS_INCLUDE_DIRS, ...) as
+    text. Only chains of string literals hanging off a base bound to this file's location are
+    understood; anything else is ignored.
+    """
+    source = re.sub(r"(?m)^\s*#.*$", "", source)  # commented-out assignments are not paths
+    bases: dict[str, str] = {}
+    for m in _BASE_ASSIGN.finditer(source):
+        ups = 0  # Path(__file__).parent is the file's directory: one step up from the file
+        for pm in re.finditer(r"\.parent\b|\.parents\[(\d+)\]", m.group(2)):
+            ups += 1 if pm.group(1) is None else int(pm.group(1)) + 1
+        if ups == 0:
+            continue
+        d = py_relpath
+        for _ in range(ups):
+            d = posixpath.dirname(d)
+        bases[m.group(1)] = d
+    out = []
+    for m in _PATH_CHAIN.finditer(source):
+        base = bases.get(m.group(1))
+        if base is None:
+            continue
+        parts = re.findall(r"[\"']([^\"'\n]+)[\"']", m.group(2))
+        out.append(join(base, "/".join(parts)))
+    return out
+
+
+def mark_vendored(paths: list[str]) -> list[bool]:
+    """Which roots belong to a bundled project (data/cutlass/include next to data/include).
+
+    Layout rule, no names: the shallowest parent directory among the roots is the package's own
+    source directory (flashinfer/data); roots directly in it (data/include, data/csrc) and roots
+    nested inside those are the package's own; roots further down in a directory of their own
+    (data/cutlass/include, data/cccl/cub) are vendored.
+    """
+    if not paths:
+        return []
+    parents = [posixpath.dirname(p) for p in paths]
+    common = min(parents, key=lambda p: (p.count("/"), p))
+    own = [p for p, par in zip(paths, parents) if par == common]
+    out = []
+    for p, par in zip(paths, parents):
+        inside_own = any(p == o or p.startswith(o + "/") for o in own)
+        out.append(not inside_own)
+    return out
+
+
+def _looks_vendored(root: str, all_roots: list[str]) -> bool:
+    return mark_vendored(all_roots + [root])[-1]
+
+
+def discover_include_roots(files: Iterable[str], reader: Reader | None = None, within: str = "") -> list[IncludeRoot]:
+    """Include roots of the package(s) under `within`, from the layout and the JIT's Python code.
+
+    files: every file path (POSIX, relative to the scan root) of the tree; reader: to read the
+    JIT's Python files. Order: roots the JIT names (its order), then directories named include/.
+    """
+    files = [f for f in files if not within or f == within or f.startswith(within.rstrip("/") + "/")]
+    dirs: set[str] = set()
+    for f in files:
+        d = posixpath.dirname(f)
+        while d and d not in dirs:
+            dirs.add(d)
+            d = posixpath.dirname(d)
+    ordered: list[tuple[str, str]] = []
+    if reader is not None:
+        for f in files:
+            if f.endswith(".py") and "/jit/" in "/" + f and posixpath.basename(f) in ("env.py", "cpp_ext.py", "core.py"):
+                data = reader.read(f)
+                if not data:
+                    continue
+                found = [r for r in roots_from_python(f, data.decode("utf-8", "replace")) if r in dirs]
+                for r in found:
+                    # A directory holding other named directories is a data dir, not an include root.
+                    if any(o != r and o.startswith(r + "/") for o in found):
+                        continue
+                    if r not in {x for x, _ in ordered}:
+                        ordered.append((r, "jit-env"))
+    seen = {x for x, _ in ordered}
+    for d in sorted(dirs):
+        if posixpath.basename(d) == "include" and d not in seen:
+            ordered.append((d, "layout"))
+            seen.add(d)
+    paths = [p for p, _ in ordered]
+    return [IncludeRoot(p, v, origin) for (p, origin), v in zip(ordered, mark_vendored(paths))]
+
+
+def package_dir_of(path: str, reader: Reader) -> str | None:
+    """The outermost directory above `path` that is a Python package (has __init__.py)."""
+    d = posixpath.dirname(path)
+    best = None
+    while d:
+        if reader.exists(join(d, "__init__.py")):
+            best = d
+        d = posixpath.dirname(d)
+    return best

@@ -1,0 +1,607 @@
+"""Translation-unit analysis: for a `.cu` file and a compile target, what nvcc would compile and
+whether the target can build and run it.
+
+`CudaProject` holds the include roots, a byte reader and per-file caches of the
+target-independent extraction (`features.FileFacts`), so another target or another TU costs
+only the preprocessor walk and the set operations below.
+
+How a TU is judged for a target (device pass):
+
+1. The preprocessor walk (`preproc.Preprocessor`) gives every region of every reached file a
+   state: YES, NO or MAYBE.
+2. Reachability by name approximates C++ instantiation and device-code emission: starting from
+   the TU's own code, non-template host/host-device functions and non-template kernels anywhere
+   in the closure, every definition whose name is used by reached code is reached. This
+   over-approximates (names collide, every specialisation of a template counts) but it keeps the
+   many unused atoms of CuTe/CUTLASS headers out; nvcc itself emits only what is instantiated
+   and reachable from kernels, and unguarded asm in unused code does not break a build.
+3. Inline PTX and intrinsics in reached, active code that the target lacks are blocking
+   ("fails"); CuTe/CUTLASS atoms and arch tags named by the package's own reached code that the
+   target lacks, traps under arch conditions in the package's own reached code, kernels whose
+   body is excluded or reduced to a trap/print for the target, and constant shared-memory
+   requests over the target's limit are stubs ("stub": builds, does not work). Traps inside
+   vendored libraries (CUTLASS, CCCL) are not counted: they guard every unsupported atom of the
+   library and only the atoms the package names decide which are used.
+4. Whatever depends on a MAYBE region, an unresolved include, or an asm template assembled from
+   an unknown macro makes the prediction "unknown" with the reason, never a guess.
+"""
+from __future__ import annotations
+
+import os
+import posixpath
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from ..model import Diagnostic
+from ..targets import CompileTarget, registry
+from . import features as F
+from .includes import IncludeResolver, IncludeRoot, as_root, discover_include_roots as _discover
+from .preproc import Macro, PreprocResult, Preprocessor, Program, pass_macros, tokenize
+
+
+@dataclass
+class FeatureUse:
+    path: str
+    line: int
+    feature: str  # rule id ("ptx.wgmma"), "smem.dynamic", "#error" ...
+    kind: str  # "ptx" | "intrinsic" | "atom" | "smem" | "error"
+    text: str
+    supported_on: list[str]  # compile-target names
+    certain: bool = True  # False: in a region whose condition could not be decided
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "line": self.line, "feature": self.feature, "kind": self.kind,
+                "text": self.text, "supported_on": list(self.supported_on), "certain": self.certain}
+
+
+@dataclass
+class StubSite:
+    path: str
+    line: int
+    kind: str  # "__trap" | "asm-trap" | "CUTLASS_NOT_IMPLEMENTED" | "CUTE_INVALID_CONTROL_PATH" | "empty-kernel" | "atom" | "smem"
+    text: str
+    function: str = ""
+    guard_line: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        d = {"path": self.path, "line": self.line, "kind": self.kind, "text": self.text, "function": self.function}
+        if self.guard_line is not None:
+            d["guard_line"] = self.guard_line
+        return d
+
+
+@dataclass
+class KernelStatus:
+    name: str
+    path: str
+    line: int
+    status: str  # "real" | "empty" | "trap" | "unknown"
+    guard_line: int | None = None
+    reason: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "path": self.path, "line": self.line, "status": self.status,
+                "guard_line": self.guard_line, "reason": self.reason}
+
+
+@dataclass
+class Guard:
+    path: str
+    line: int
+    directive: str
+    condition: str
+    value: bool | None
+    state: bool | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "line": self.line, "directive": self.directive, "condition": self.condition,
+                "value": self.value, "active": self.state}
+
+
+@dataclass
+class TuResult:
+    file: str
+    target: str
+    prediction: str  # "builds" | "fails" | "stub" | "unknown"
+    blocking: list[FeatureUse] = field(default_factory=list)
+    stubs: list[StubSite] = field(default_factory=list)
+    kernels: list[KernelStatus] = field(default_factory=list)
+    features: list[FeatureUse] = field(default_factory=list)
+    active_guards: list[Guard] = field(default_factory=list)
+    reason: str = ""
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    closure: list[str] = field(default_factory=list)
+    unknowns: list[str] = field(default_factory=list)  # every reason that could make it unknown
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "file": self.file,
+            "target": self.target,
+            "prediction": self.prediction,
+            "reason": self.reason,
+            "blocking": [b.to_json() for b in self.blocking],
+            "stubs": [s.to_json() for s in self.stubs],
+            "kernels": [k.to_json() for k in self.kernels],
+            "features": [f.to_json() for f in self.features],
+            "active_guards": [g.to_json() for g in self.active_guards],
+            "unknowns": list(self.unknowns),
+            "diagnostics": [d.to_json() for d in self.diagnostics],
+            "closure_size": len(self.closure),
+        }
+
+
+class FsReader:
+    """Reader over a directory (paths relative to it)."""
+
+    def __init__(self, root: str):
+        self.root = root
+
+    def _p(self, rel: str) -> str:
+        return os.path.join(self.root, *rel.split("/")) if rel else self.root
+
+    def read(self, rel: str) -> bytes | None:
+        try:
+            with open(self._p(rel), "rb") as f:
+                return f.read()
+        except OSError:
+            return None
+
+    def exists(self, rel: str) -> bool:
+        return os.path.isfile(self._p(rel))
+
+    def files(self, under: str = "") -> list[str]:
+        out = []
+        base = self._p(under)
+        for dp, dn, fn in os.walk(base):
+            dn[:] = [d for d in dn if not d.startswith(".") and d != "__pycache__"]
+            rel = os.path.relpath(dp, self.root).replace(os.sep, "/")
+            rel = "" if rel == "." else rel
+            for f in fn:
+                out.append(f"{rel}/{f}" if rel else f)
+        return out
+
+
+class CudaProject:
+    """One per scan: include roots, a reader, and caches of per-file facts."""
+
+    def __init__(self, reader, include_roots: Iterable[IncludeRoot | str], defines: dict[str, str | int] | None = None,
+                 files: Iterable[str] | None = None):
+        self.reader = reader
+        self.roots: list[IncludeRoot] = [as_root(r) for r in include_roots]
+        self.defines = dict(defines or {})
+        if files is None and hasattr(reader, "files"):
+            try:
+                files = reader.files()
+            except TypeError:
+                files = None
+        self.resolver = IncludeResolver(reader, self.roots, files)
+        self._facts: dict[str, F.FileFacts | None] = {}
+        self._by_owner: dict[str, dict[int, list[tuple[int, frozenset]]]] = {}
+        self._names: dict[str, dict[str, list[int]]] = {}
+
+    # -- roots
+    @classmethod
+    def discover_include_roots(cls, files: Iterable[str], reader=None, within: str = "") -> list[IncludeRoot]:
+        return _discover(files, reader, within)
+
+    def is_vendored(self, path: str) -> bool:
+        best = None
+        for r in self.resolver.roots:
+            if r.path and (path == r.path or path.startswith(r.path + "/")):
+                if best is None or len(r.path) > len(best.path):
+                    best = r
+        return bool(best and best.vendored)
+
+    # -- per-file facts
+    def facts(self, path: str) -> F.FileFacts | None:
+        if path in self._facts:
+            return self._facts[path]
+        data = self.reader.read(path)
+        ff = None if data is None else F.extract(path, data)
+        self._facts[path] = ff
+        return ff
+
+    def set_facts(self, ff: F.FileFacts) -> None:
+        """Install facts from an external cache (e.g. on disk by content hash)."""
+        self._facts[ff.path] = ff
+
+    def program(self, path: str) -> Program | None:
+        ff = self.facts(path)
+        return ff.program if ff is not None else None
+
+    def _owner_tokens(self, ff: F.FileFacts) -> dict[int, list[tuple[int, frozenset]]]:
+        got = self._by_owner.get(ff.path)
+        if got is None:
+            got = {}
+            for (idx, rid), toks in ff.tokens.items():
+                if toks:
+                    got.setdefault(idx, []).append((rid, toks))
+            self._by_owner[ff.path] = got
+        return got
+
+    def _owner_names(self, ff: F.FileFacts) -> dict[str, list[int]]:
+        got = self._names.get(ff.path)
+        if got is None:
+            got = ff.owner_names()
+            self._names[ff.path] = got
+        return got
+
+    # -- preprocessing
+    def preprocess(self, relpath: str, target: CompileTarget | None) -> tuple[PreprocResult, Preprocessor]:
+        pre, fn, arch = pass_macros(target)
+        pp = Preprocessor(self.resolver, self.program, pre, fn, self.defines,
+                          target.name if target is not None else "host", arch)
+        return pp.run(relpath), pp
+
+    # -- analysis
+    def analyse_tu(self, relpath: str, target: CompileTarget) -> TuResult:
+        relpath = posixpath.normpath(relpath)
+        if self.facts(relpath) is None:
+            return TuResult(relpath, target.name, "unknown", reason=f"cannot read {relpath}",
+                            diagnostics=[Diagnostic(relpath, "unreadable", f"cannot read {relpath}", severity="error")])
+        pr, pp = self.preprocess(relpath, target)
+        return _judge(self, relpath, target, pr, pp)
+
+
+# --- judging -----------------------------------------------------------------------------------
+
+
+def _state_ok(st) -> bool:
+    return st is not False
+
+
+def _kernel_macro(words, macros: dict[str, Macro]) -> bool:
+    for w in words:
+        m = macros.get(w)
+        if m is not None and "__global__" in m.text:
+            return True
+    return False
+
+
+def _reach(proj: CudaProject, relpath: str, pr: PreprocResult, facts: dict[str, F.FileFacts]) -> set[tuple[str, int]]:
+    """(path, top-level owner) pairs reached by name from the TU's roots (see module doc)."""
+    name_index: dict[str, list[tuple[str, int]]] = {}
+    roots: list[tuple[str, int]] = []
+    seed_tokens: set[str] = set()
+    for path, ff in facts.items():
+        states = pr.states[path]
+        for name, idxs in proj._owner_names(ff).items():
+            for i in idxs:
+                o = ff.owners[i]
+                if states[o.region] is False:
+                    continue
+                name_index.setdefault(name, []).append((path, i))
+                if o.qual:  # out-of-line member definition: reached with its class
+                    name_index.setdefault(o.qual.split("::")[-1], []).append((path, i))
+                if not o.template and o.kind == "func" and (not o.device_only or o.kernel):
+                    roots.append((path, i))
+        if path == relpath:
+            for (idx, rid), toks in ff.tokens.items():
+                if states[rid] is False:
+                    continue
+                if idx >= 0 and ff.owners[idx].template:
+                    continue  # a template in the TU itself is instantiated only if used
+                if idx >= 0 and ff.owners[idx].device_only and not ff.owners[idx].template:
+                    continue  # non-template __device__ code is emitted only if called
+                seed_tokens |= toks
+    macro_idents: dict[str, set] = {}
+    for ff in facts.values():
+        for name, words in ff.program.define_idents.items():
+            macro_idents.setdefault(name, set()).update(words)
+    reached: set[tuple[str, int]] = set()
+    work_tokens = set(seed_tokens)
+    done_names: set[str] = set()
+    stack = list(roots)
+    while True:
+        while stack:
+            key = stack.pop()
+            if key in reached:
+                continue
+            reached.add(key)
+            path, idx = key
+            ff = facts[path]
+            states = pr.states[path]
+            for rid, toks in proj._owner_tokens(ff).get(idx, ()):
+                if states[rid] is not False:
+                    work_tokens |= toks
+        new = work_tokens - done_names
+        if not new:
+            if not stack:
+                break
+            continue
+        done_names |= new
+        work_tokens = set()
+        for name in new:
+            mw = macro_idents.get(name)
+            if mw:
+                work_tokens |= mw
+            for key in name_index.get(name, ()):
+                if key not in reached:
+                    stack.append(key)
+    return reached
+
+
+def _region_guard_line(ff: F.FileFacts, pr: PreprocResult, rid: int) -> int | None:
+    """Line of the outermost directive, in rid's chain, whose region is not YES."""
+    prog = ff.program
+    states = pr.states[ff.path]
+    line = None
+    r = rid
+    while r > 0:
+        if states[r] is not True:
+            line = prog.region_line[r]
+        r = prog.region_parent[r]
+    return line
+
+
+def _asm_text(pieces, macros: dict[str, Macro], depth: int = 0) -> tuple[str, list[tuple[int, int]]] | None:
+    """Concatenate an asm template, expanding object-like macros whose bodies are string literals."""
+    parts: list[str] = []
+    marks: list[tuple[int, int]] = []
+    off = 0
+    for kind, val, line in pieces:
+        if kind == "s":
+            marks.append((off, line))
+            parts.append(val)
+            off += len(val)
+            continue
+        m = macros.get(val)
+        if m is None or m.params is not None or not m.certain or depth > 8:
+            return None
+        sub = []
+        for t in tokenize(m.text):
+            if isinstance(t, str) and t.startswith('"'):
+                sub.append(("s", F.cpp.string_value(t), line))
+            elif isinstance(t, str) and (t[0].isalpha() or t[0] == "_"):
+                sub.append(("m", t, line))
+            else:
+                return None
+        got = _asm_text(sub, macros, depth + 1)
+        if got is None:
+            return None
+        marks.append((off, line))
+        parts.append(got[0])
+        off += len(got[0])
+    return "".join(parts), marks
+
+
+def _supported_smem(nbytes: int) -> list[str]:
+    from . import ruleset
+
+    reg = registry()
+    out = []
+    for t in ruleset.all_compile_targets():
+        g = reg.by_name.get(t.gpu_name)
+        if g is not None and g.smem_per_block_kib * 1024 >= nbytes:
+            out.append(t.name)
+    return out
+
+
+def _eval_int(pp: Preprocessor, expr: str) -> int | None:
+    from .preproc import _Parser
+
+    pp._taint = False
+    toks = pp._expand(list(tokenize(expr)), frozenset())
+    p = _Parser(toks)
+    v = p.parse()
+    return v if p.ok and isinstance(v, int) else None
+
+
+def _judge(proj: CudaProject, relpath: str, target: CompileTarget, pr: PreprocResult, pp: Preprocessor) -> TuResult:
+    rules = F.rules_by_id()
+    facts = {p: proj.facts(p) for p in pr.files}
+    facts = {p: ff for p, ff in facts.items() if ff is not None}
+    order = {p: i for i, p in enumerate(pr.files)}
+    reached = _reach(proj, relpath, pr, facts)
+    res = TuResult(relpath, target.name, "builds", diagnostics=list(pr.diagnostics), closure=list(pr.files))
+    macros = pr.macros
+    maybe_blocking: list[FeatureUse] = []
+    unknowns: list[str] = []
+
+    def owner_name(ff: F.FileFacts, top: int) -> str:
+        return ff.owners[top].name if top >= 0 else ""
+
+    def is_reached(path: str, top: int) -> bool:
+        return (path, top) in reached or (path == relpath and top < 0)
+
+    def add_feature(fu: FeatureUse, supported: bool, state) -> None:
+        res.features.append(fu)
+        if supported:
+            return
+        if state is True:
+            res.blocking.append(fu)
+        else:
+            fu.certain = False
+            maybe_blocking.append(fu)
+
+    for path, ff in facts.items():
+        states = pr.states[path]
+        vendored = proj.is_vendored(path)
+        # inline PTX
+        for a in ff.asm:
+            st = states[a.region]
+            if st is False or not is_reached(path, a.top):
+                continue
+            hits = list(a.hits)
+            if any(k == "m" for k, _, _ in a.pieces):
+                got = _asm_text(a.pieces, macros)
+                if got is None:
+                    names = [v for k, v, _ in a.pieces if k == "m"]
+                    msg = f"asm template at {path}:{a.line} uses macro(s) {', '.join(names)} that are not string literals here"
+                    res.diagnostics.append(Diagnostic(path, "asm-macro", msg, a.line, "note"))
+                    continue
+                text, marks = got
+                hits = [(rid, F.line_at(marks, off, a.line), mt) for rid, off, mt in F.ptx_hits(text)]
+            for rule_id, line, matched in hits:
+                r = rules.get(rule_id)
+                if r is None:
+                    continue
+                add_feature(FeatureUse(path, line, r.id, r.kind, matched, sorted(r.supported_on)), r.supports(target), st)
+        # intrinsics and atoms
+        for h in ff.idents:
+            st = states[h.region]
+            if st is False:
+                continue
+            r = rules.get(h.rule)
+            if r is None:
+                continue
+            if r.kind == "atom":
+                # atoms count where the package's own reached code names them
+                if vendored or not is_reached(path, h.top):
+                    continue
+                fu = FeatureUse(path, h.line, r.id, r.kind, h.text, sorted(r.supported_on))
+                res.features.append(fu)
+                if not r.supports(target):
+                    if st is True:
+                        res.blocking.append(fu)
+                        res.stubs.append(StubSite(path, h.line, "atom", h.text, owner_name(ff, h.top)))
+                    else:
+                        fu.certain = False
+                        maybe_blocking.append(fu)
+                continue
+            if not is_reached(path, h.top):
+                continue
+            add_feature(FeatureUse(path, h.line, r.id, r.kind, h.text, sorted(r.supported_on)), r.supports(target), st)
+        # traps under arch conditions in the package's own reached code
+        if not vendored:
+            for t in ff.traps:
+                st = states[t.region]
+                if st is not True or not pr.region_tainted(path, t.region) or not is_reached(path, t.top):
+                    continue
+                res.stubs.append(StubSite(path, t.line, t.kind, t.text, owner_name(ff, t.top),
+                                          ff.program.region_line[t.region] or None))
+        # shared memory
+        for sm in ff.smem:
+            st = states[sm.region]
+            if st is False or not (is_reached(path, sm.top)):
+                continue
+            v = _eval_int(pp, sm.expr)
+            if v is None:
+                continue
+            nbytes = v * sm.elem_bytes
+            g = registry().by_name.get(target.gpu_name)
+            limit = g.smem_per_block_kib * 1024 if g else 0
+            fu = FeatureUse(path, sm.line, f"smem.{sm.kind}", "smem", f"{sm.text} = {nbytes} bytes",
+                            _supported_smem(nbytes), st is True)
+            if limit and nbytes > limit:
+                res.features.append(fu)
+                if st is True:
+                    res.blocking.append(fu)
+                    res.stubs.append(StubSite(path, sm.line, "smem", fu.text, owner_name(ff, sm.top)))
+                else:
+                    maybe_blocking.append(fu)
+        # kernels
+        for k in ff.kernels:
+            o = ff.owners[k.owner]
+            if states[o.region] is False:
+                continue
+            if not (o.kernel or _kernel_macro(k.head_words, macros)):
+                continue
+            emitted = (not k.template) or is_reached(path, k.top)
+            if not emitted or vendored:
+                continue
+            res.kernels.append(_kernel_status(ff, pr, k, path))
+    # #error directives reached. One under an undecided condition that does not depend on the
+    # architecture is an environment question (host compiler, toolkit version): noted, not judged.
+    for path, line, text, st, tainted in pr.errors:
+        fu = FeatureUse(path, line, "#error", "error", f"#error {text}"[:200], [], st is True)
+        if st is True:
+            res.features.append(fu)
+            res.blocking.append(fu)
+        elif tainted:
+            res.features.append(fu)
+            maybe_blocking.append(fu)
+        else:
+            res.diagnostics.append(Diagnostic(path, "maybe-error", f"#error under an undecided non-architecture condition: {text[:120]}", line, "note"))
+
+    key = lambda f: (0 if f.path == relpath else 1, order.get(f.path, 1 << 30), f.line)
+    res.blocking.sort(key=key)
+    res.stubs.sort(key=lambda s: (0 if s.path == relpath else 1, order.get(s.path, 1 << 30), s.line))
+    maybe_blocking.sort(key=key)
+    for k in res.kernels:
+        if k.status in ("empty", "trap"):
+            res.stubs.append(StubSite(k.path, k.line, "empty-kernel" if k.status == "empty" else "trap-kernel",
+                                      f"{k.name}: {k.reason}", k.name, k.guard_line))
+
+    # guards: arch conditions of the TU's own file, and those above reported evidence
+    seen = set()
+    ev_paths = {relpath} | {b.path for b in res.blocking} | {s.path for s in res.stubs}
+    for c in pr.conds:
+        if c.tainted and c.path in ev_paths and (c.path, c.line) not in seen:
+            seen.add((c.path, c.line))
+            res.active_guards.append(Guard(c.path, c.line, c.directive, c.text, c.value, c.state))
+
+    # unknown reasons
+    for fu in maybe_blocking:
+        unknowns.append(f"{fu.feature} at {fu.path}:{fu.line} is under a condition that could not be decided")
+    for spelled in dict.fromkeys(pr.unresolved_seen):
+        unknowns.append(f"cannot resolve #include {spelled!r}")
+    for d in res.diagnostics:
+        if d.kind == "asm-macro" and not proj.is_vendored(d.path):
+            unknowns.append(d.message)
+    for k in res.kernels:
+        if k.status == "unknown":
+            unknowns.append(f"kernel {k.name} at {k.path}:{k.line}: {k.reason}")
+    res.unknowns = unknowns
+
+    real_blocking = [b for b in res.blocking if b.kind in ("ptx", "intrinsic", "error")]
+    if real_blocking:
+        b = real_blocking[0]
+        res.prediction = "fails"
+        what = b.text if b.kind == "error" else f"{b.feature} ({b.text!r})"
+        res.reason = f"{what} at {b.path}:{b.line} is not supported on {target.name}" + (
+            f" (supported on: {', '.join(b.supported_on)})" if b.supported_on else "")
+    elif maybe_blocking:
+        res.prediction = "unknown"
+        res.reason = unknowns[0]
+    elif res.stubs:
+        s = res.stubs[0]
+        res.prediction = "stub"
+        res.reason = f"{s.kind} at {s.path}:{s.line}" + (f" in {s.function}" if s.function else "") + f": {s.text}"
+    elif unknowns:
+        res.prediction = "unknown"
+        res.reason = unknowns[0]
+    else:
+        res.prediction = "builds"
+        res.reason = f"no feature missing on {target.name} in the active code of {len(pr.files)} file(s)"
+    return res
+
+
+def _kernel_status(ff: F.FileFacts, pr: PreprocResult, k: F.KernelFacts, path: str) -> KernelStatus:
+    states = pr.states[path]
+    real_yes = real_maybe = trap_yes = print_yes = False
+    excluded: list[int] = []
+    arch_excluded = False
+    for rid, real, trap, prt in k.segments:
+        st = states[rid]
+        if real:
+            if st is True:
+                real_yes = True
+            elif st is None:
+                real_maybe = True
+            else:
+                excluded.append(rid)
+                if pr.region_tainted(path, rid):
+                    arch_excluded = True
+        if st is True:
+            trap_yes |= trap
+            print_yes |= prt
+    guard = None
+    if excluded:
+        guard = _region_guard_line(ff, pr, excluded[0])
+    if real_yes:
+        return KernelStatus(k.name, path, k.line, "real", None, "active code for this target")
+    if real_maybe:
+        g = None
+        for rid, real, _, _ in k.segments:
+            if real and states[rid] is None:
+                g = _region_guard_line(ff, pr, rid)
+                break
+        return KernelStatus(k.name, path, k.line, "unknown", g, f"body is under a condition that could not be decided (line {g})")
+    if trap_yes:
+        return KernelStatus(k.name, path, k.line, "trap", guard, "the active body only traps" + (f"; code excluded at line {guard}" if guard else ""))
+    if excluded:
+        why = "by an architecture condition" if arch_excluded else "by a non-architecture condition"
+        extra = " (only prints an error)" if print_yes else ""
+        return KernelStatus(k.name, path, k.line, "empty", guard, f"body excluded {why} at line {guard}{extra}")
+    return KernelStatus(k.name, path, k.line, "real", None, "no code excluded")
