@@ -1,6 +1,8 @@
 """Rule data (rules/instructions.toml, rules/macros.toml) and its loader."""
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 from archaudit.cuda.ruleset import (
@@ -43,14 +45,73 @@ def test_block_scaled_mma():
     assert r.supports(T("sm_120f"))
 
 
+def _names(lo: tuple[int, int]) -> set[str]:
+    return {t.name for t in all_compile_targets() if (t.major, t.minor) >= lo}
+
+
 def test_mma_fp8_and_cp_async():
-    fp8 = feature_rule("ptx.mma_fp8_e4m3").supported_on
-    assert "sm_89" in fp8 and "sm_86" not in fp8 and "sm_120" in fp8
-    cp = feature_rule("ptx.cp_async").supported_on
-    assert "sm_80" in cp and "sm_75" not in cp and "sm_121f" in cp
+    assert feature_rule("ptx.mma_fp8").supported_on == _names((8, 9))
+    assert feature_rule("ptx.cp_async").supported_on == _names((8, 0))
+
+
+def test_setmaxnreg_needs_a_or_f():
+    s = feature_rule("ptx.setmaxnreg").supported_on
+    assert s == {t.name for t in all_compile_targets() if t.major >= 9 and t.variant in ("a", "f")}
+    assert "sm_120f" in s and "sm_90" not in s and "sm_100" not in s
+
+
+def test_tma_everywhere_from_sm90_but_cute_atom_not_on_plain_blackwell():
+    assert feature_rule("ptx.cp_async_bulk_tensor").supported_on == _names((9, 0))
+    atom = feature_rule("atom.sm90_tma").supported_on
+    assert "sm_90" in atom and "sm_120f" in atom and "sm_120" not in atom and "sm_100" not in atom
+
+
+def test_atoms():
+    assert feature_rule("atom.sm90_gmma").supported_on == {"sm_90a"}
+    assert feature_rule("atom.sm120_block_scaled").supported_on == {"sm_120a", "sm_120f", "sm_121a", "sm_121f"}
+    assert feature_rule("atom.sm100_umma_s8").supported_on == {"sm_100a", "sm_110a"}
+
+
+@pytest.mark.parametrize(
+    "rule_id, text",
+    [
+        ("ptx.wgmma", "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1}, %2, %3, p, 1, 1, 0, 1;"),
+        ("ptx.tcgen05", "tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32 [%0], %1;"),
+        ("ptx.mma_fp8", "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};"),
+        ("ptx.mma_block_scale", "mma.sync.aligned.kind::mxf4nvf4.block_scale.scale_vec::4X.m16n8k64.row.col.f32.e2m1.e2m1.f32.ue4m3 "),
+        ("ptx.mbarrier_try_wait", "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;"),
+        ("ptx.cp_async_bulk_tensor", "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];"),
+        ("ptx.multimem", "multimem.ld_reduce.relaxed.sys.global.add.v4.f32 {%0,%1,%2,%3}, [%4];"),
+        ("ptx.griddepcontrol", "griddepcontrol.wait;"),
+        ("ptx.cvt_fp4_fp6", "cvt.rn.satfinite.e2m1x2.f32 byte0, %2, %1;"),
+        ("atom.sm90_gmma", "using Mma = SM90::GMMA::MMA_64x64x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>;"),
+        ("atom.sm90_gmma", "SM90_64x64x16_F32BF16BF16_SS"),
+        ("atom.sm100_umma_f16", "SM100_MMA_F16BF16_SS<T, T, float, 128, 256, UMMA::Major::K, UMMA::Major::K>"),
+        ("atom.sm120_f8f6f4", "SM120_16x8x32_TN<float_e4m3_t, float_e4m3_t, float>"),
+        ("atom.arch_tag_sm90", "using ArchTag = cutlass::arch::Sm90;"),
+        ("intrinsic.cluster_dims", "__global__ void __cluster_dims__(2, 1, 1) k()"),
+    ],
+)
+def test_patterns_match(rule_id, text):
+    assert feature_rule(rule_id).pattern.search(text)
+
+
+@pytest.mark.parametrize(
+    "rule_id, text",
+    [
+        ("ptx.mma_bf16_m16n8k16", "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16"),
+        ("ptx.cp_async_bulk", "cp.async.bulk.tensor.2d.shared::cluster.global"),
+        ("ptx.cp_async", "cp.async.bulk.shared::cluster.global"),
+        ("ptx.mbarrier", "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"),
+        ("atom.sm120_f8f6f4", "SM120_16x8x64_TN_VS<float_e2m1_t, float_e2m1_t, float, float_ue4m3_t, 16>"),
+    ],
+)
+def test_patterns_do_not_overmatch(rule_id, text):
+    assert not feature_rule(rule_id).pattern.search(text)
 
 
 def test_rules_well_formed():
+    assert len(feature_rules()) >= 60
     ids = [r.id for r in feature_rules()]
     assert len(ids) == len(set(ids))
     for r in feature_rules():
@@ -94,3 +155,87 @@ def test_macros_host():
     assert "__CUDA_ARCH__" not in h
     assert h["__CUDACC__"] == 1 and h["__NVCC__"] == 1
     assert not any(k.startswith("__CUDA_ARCH") for k in h)
+
+
+def test_function_macros():
+    from archaudit.cuda.ruleset import function_macros
+
+    assert function_macros(T("sm_120"))["__CUDA_HAS_ARCH_FAMILY_SPECIFIC"] == (("N",), "0")
+    params, body = function_macros(T("sm_120f"))["__CUDA_HAS_ARCH_FAMILY_SPECIFIC"]
+    assert params == ("N",) and "__CUDA_ARCH_FAMILY_SPECIFIC__" in body
+    assert function_macros(T("sm_120f"))["__CUDA_HAS_ARCH_SPECIFIC"][1] == "0"
+    assert "__CUDA_ARCH_SPECIFIC__" in function_macros(T("sm_90a"))["__CUDA_HAS_ARCH_SPECIFIC"][1]
+    assert function_macros(None)["__CUDA_HAS_ARCH_SPECIFIC"][1] == "0"
+
+
+def test_macro_targets_cover_compile_targets():
+    for t in all_compile_targets():
+        m = predefined_macros(t)
+        assert m["__CUDA_ARCH__"] == t.cuda_arch
+        assert ("__CUDA_ARCH_SPECIFIC__" in m) == (t.variant == "a")
+        assert ("__CUDA_ARCH_FAMILY_SPECIFIC__" in m) == (t.variant in ("a", "f"))
+        assert (f"__CUDA_ARCH_FEAT_SM{t.major}{t.minor}_ALL" in m) == (t.variant == "a")
+
+
+# --- the verifier ---------------------------------------------------------------------------
+
+
+def test_cache_roundtrip_and_corruption(tmp_path):
+    from archaudit.rules_verify import ProbeCache
+
+    c = ProbeCache(tmp_path)
+    k = c.key("ptx", "13.0.88", "text", "sm_90a")
+    assert c.get(k) is None
+    c.put(k, {"ok": True, "detail": ""})
+    assert c.get(k)["ok"] is True
+    path = next(tmp_path.rglob("*.json"))
+    path.write_text("{not json")
+    assert c.get(k) is None
+    assert not [p for p in tmp_path.rglob(".tmp-*")]
+
+
+def test_compact_supported():
+    from archaudit.rules_verify import compact_supported
+
+    assert compact_supported(_names((9, 0))) == ["sm_90+"]
+    s = feature_rule("ptx.setmaxnreg").supported_on
+    assert compact_supported(s) == ["sm_90+:af"]
+    assert compact_supported({"sm_90a"}) == ["sm_90a"]
+
+
+def test_verify_without_nvcc(monkeypatch):
+    from click.testing import CliRunner
+
+    from archaudit.cli import main
+
+    monkeypatch.setenv("PATH", "/nonexistent")
+    r = CliRunner().invoke(main, ["rules", "verify", "--no-cache"])
+    assert r.exit_code == 2
+    assert "nvcc not found" in r.output and "Traceback" not in r.output
+
+
+@pytest.mark.nvcc
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
+def test_verify_subset_agrees_with_toolchain(tmp_path, monkeypatch):
+    import json
+
+    from click.testing import CliRunner
+
+    from archaudit.cli import main
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    args = ["rules", "verify", "--format", "json", "--no-macros"]
+    for r in ("ptx.wgmma", "ptx.tcgen05", "ptx.mma_block_scale", "ptx.setmaxnreg", "intrinsic.reduce_sync"):
+        args += ["--rule", r]
+    for t in ("sm_80", "sm_90", "sm_90a", "sm_100a", "sm_100f", "sm_120", "sm_120f", "sm_121a"):
+        args += ["--target", t]
+    res = CliRunner().invoke(main, args)
+    out = json.loads(res.stdout)
+    assert res.exit_code == 0, out["disagreements"]
+    assert out["observed"]["ptx.wgmma"] == ["sm_90a"]
+    assert out["observed"]["ptx.tcgen05"] == ["sm_100a", "sm_100f"]
+    assert out["observed"]["ptx.mma_block_scale"] == ["sm_120f", "sm_121a"]
+    assert list((tmp_path / "archaudit" / "probes").rglob("*.json"))
+    # Second run: all from the cache.
+    res2 = CliRunner().invoke(main, args)
+    assert json.loads(res2.stdout)["cache_hits"] == json.loads(res2.stdout)["probes"]

@@ -30,6 +30,8 @@ class FeatureRule:
     probe: str = field(default="", compare=False, repr=False)
     probe_kind: str = field(default="", compare=False, repr=False)  # "ptx" | "cuda" | "macro"
     supported_spec: tuple[str, ...] = field(default=(), compare=False, repr=False)
+    probe_include: str = field(default="", compare=False, repr=False)  # macro probes
+    requires: tuple[str, ...] = field(default=(), compare=False, repr=False)  # atoms: instructions they emit
 
     def supports(self, target: CompileTarget) -> bool:
         return target.name in self.supported_on
@@ -140,6 +142,8 @@ def _feature(entry: dict, i: int) -> FeatureRule:
         probe=entry.get("probe", ""),
         probe_kind=entry.get("probe_kind", default_probe_kind),
         supported_spec=tuple([spec] if isinstance(spec, str) else spec),
+        probe_include=entry.get("probe_include", "cute/arch/config.hpp" if kind == "atom" else ""),
+        requires=tuple(entry.get("requires", ())),
     )
 
 
@@ -152,6 +156,10 @@ def feature_rules() -> tuple[FeatureRule, ...]:
         if r.id in seen:
             raise RuleError(f"instructions.toml: duplicate feature id {r.id!r}")
         seen.add(r.id)
+    for r in rules:
+        missing = [q for q in r.requires if q not in seen]
+        if missing:
+            raise RuleError(f"instructions.toml: {r.id} requires unknown feature(s) {missing}")
     return rules
 
 

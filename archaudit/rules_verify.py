@@ -1,0 +1,588 @@
+"""Check the architecture rule data against the local CUDA toolchain.
+
+For every feature rule and compile target the rule's probe is compiled (PTX through ptxas, CUDA
+through `nvcc -cubin`, macro probes through `nvcc -E`) and the outcome is compared with the rule's
+`supported_on`. rules/macros.toml is re-probed with `nvcc -E -dM`, and the `variants` lists of
+rules/targets.toml with the compile targets nvcc accepts. Results are cached on disk per
+(toolkit version, probe text, target). Nothing here touches the network.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+from .cuda.ruleset import (
+    all_compile_targets,
+    expand_supported,
+    feature_rule,
+    feature_rules,
+    function_macros,
+    predefined_macros,
+)
+from .ruledata import load_rule
+from .targets import CompileTarget, registry
+
+CACHE_FORMAT = 1  # bump when probe wrappers change meaning
+PROBE_TIMEOUT_S = 120
+
+
+class ToolchainMissing(RuntimeError):
+    pass
+
+
+# --- toolchain ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    nvcc: str
+    ptxas: str
+    version: str  # e.g. "13.0.88"
+
+    @classmethod
+    def find(cls) -> Toolchain:
+        nvcc = shutil.which("nvcc")
+        if nvcc is None:
+            raise ToolchainMissing("nvcc not found on PATH; install the CUDA toolkit or add its bin/ to PATH")
+        ptxas = shutil.which("ptxas") or str(Path(nvcc).resolve().parent / "ptxas")
+        if not os.access(ptxas, os.X_OK):
+            raise ToolchainMissing(f"ptxas not found next to {nvcc} nor on PATH")
+        try:
+            out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60).stdout
+        except (OSError, subprocess.SubprocessError) as e:
+            raise ToolchainMissing(f"cannot run {nvcc}: {e}") from None
+        m = re.search(r"\bV(\d+\.\d+\.\d+)", out)
+        if not m:
+            raise ToolchainMissing(f"cannot read the version of {nvcc} from `nvcc --version`")
+        return cls(nvcc, ptxas, m.group(1))
+
+
+def _gencode(target: str) -> str:
+    # What a JIT passes; -arch=sm_90a would add a second, generic compute_90 pass (see rules/README.md).
+    return f"-gencode=arch={target.replace('sm_', 'compute_')},code={target}"
+
+
+def _run(cmd: list[str], cwd: str) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(cmd, 124, "", f"timed out after {PROBE_TIMEOUT_S}s")
+    except OSError as e:
+        return subprocess.CompletedProcess(cmd, 127, "", str(e))
+
+
+def _first_error(text: str) -> str:
+    for line in text.splitlines():
+        if "error" in line.lower() or "fatal" in line.lower():
+            return re.sub(r"\S*/tmp\S*", "<probe>", line.strip())[:300]
+    return text.strip().splitlines()[0][:300] if text.strip() else ""
+
+
+# --- probe cache --------------------------------------------------------------------------
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "archaudit" / "probes"
+
+
+class ProbeCache:
+    """One JSON file per probe; atomic writes; unreadable entries count as misses."""
+
+    def __init__(self, root: Path | None):
+        self.root = root
+        self.hits = 0
+        self.misses = 0
+
+    @staticmethod
+    def key(*parts: str) -> str:
+        h = hashlib.sha256()
+        for p in (str(CACHE_FORMAT),) + parts:
+            h.update(p.encode())
+            h.update(b"\0")
+        return h.hexdigest()
+
+    def _path(self, key: str) -> Path:
+        return self.root / key[:2] / f"{key}.json"  # type: ignore[operator]
+
+    def get(self, key: str) -> dict | None:
+        if self.root is None:
+            return None
+        try:
+            with open(self._path(key), encoding="utf-8") as f:
+                v = json.load(f)
+            if isinstance(v, dict) and v.get("key") == key:
+                return v
+        except (OSError, ValueError):
+            pass
+        return None
+
+    def put(self, key: str, value: dict) -> None:
+        if self.root is None:
+            return
+        path = self._path(key)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(dict(value, key=key), f)
+            os.replace(tmp, path)
+        except OSError:
+            pass  # a cache that cannot be written only costs time
+
+
+# --- probes -------------------------------------------------------------------------------
+
+PTX_PRELUDE = """\
+.reg .b16 h<16>; .reg .b32 r<64>; .reg .b64 rd<16>; .reg .f32 f<64>; .reg .f64 d<8>; .reg .pred p<8>;
+.shared .align 1024 .b8 smem[4096];
+ld.param.u64 rd0, [P0];
+"""
+
+
+def ptx_source(body: str, target: str, isa: str) -> str:
+    return (
+        f".version {isa}\n.target {target}\n.address_size 64\n\n"
+        f".visible .entry archaudit_probe(.param .u64 P0, .param .align 64 .b8 TM[128])\n{{\n"
+        f"{PTX_PRELUDE}{body.strip()}\nret;\n}}\n"
+    )
+
+
+MACRO_TOKEN = "ARCHAUDIT_SUPPORTED"
+
+
+def macro_source(condition: str, include: str) -> str:
+    head = f"#include <{include}>\n" if include else ""
+    return f"{head}#if {condition}\n{MACRO_TOKEN}\n#endif\n"
+
+
+@dataclass
+class ProbeResult:
+    ok: bool
+    detail: str = ""
+    cached: bool = False
+
+
+class Prober:
+    def __init__(self, tc: Toolchain, cache: ProbeCache, include_dirs: tuple[str, ...] = ()):
+        self.tc = tc
+        self.cache = cache
+        self.include_dirs = include_dirs
+        self._isa: str | None = None
+
+    # PTX ISA version this nvcc emits: read it from real output instead of assuming it.
+    def ptx_isa(self) -> str:
+        if self._isa is None:
+            key = self.cache.key("ptx-isa", self.tc.version)
+            hit = self.cache.get(key)
+            if hit and isinstance(hit.get("isa"), str):
+                self._isa = hit["isa"]
+            else:
+                with tempfile.TemporaryDirectory(prefix="archaudit-") as d:
+                    Path(d, "k.cu").write_text("__global__ void k() {}\n")
+                    r = _run([self.tc.nvcc, "-ptx", "k.cu", "-o", "k.ptx"], d)
+                    text = Path(d, "k.ptx").read_text() if r.returncode == 0 else ""
+                m = re.search(r"^\.version\s+(\d+\.\d+)", text, re.M)
+                if not m:
+                    raise ToolchainMissing(f"nvcc -ptx failed: {_first_error(r.stderr)}")
+                self._isa = m.group(1)
+                self.cache.put(key, {"isa": self._isa})
+        return self._isa
+
+    def _cached(self, kind: str, text: str, target: str, extra: str, fn: Callable[[str], ProbeResult]) -> ProbeResult:
+        key = self.cache.key(kind, self.tc.version, text, target, extra)
+        hit = self.cache.get(key)
+        if hit is not None and isinstance(hit.get("ok"), bool):
+            self.cache.hits += 1
+            return ProbeResult(hit["ok"], str(hit.get("detail", "")), cached=True)
+        self.cache.misses += 1
+        with tempfile.TemporaryDirectory(prefix="archaudit-") as d:
+            res = fn(d)
+        self.cache.put(key, {"ok": res.ok, "detail": res.detail})
+        return res
+
+    def probe(self, kind: str, text: str, target: str, include: str = "") -> ProbeResult:
+        if kind == "ptx":
+            src = ptx_source(text, target, self.ptx_isa())
+
+            def run(d: str) -> ProbeResult:
+                Path(d, "p.ptx").write_text(src)
+                r = _run([self.tc.ptxas, f"-arch={target}", "p.ptx", "-o", "p.cubin"], d)
+                return ProbeResult(r.returncode == 0, _first_error(r.stderr))
+
+            return self._cached("ptx", src, target, "", run)
+        if kind == "cuda":
+
+            def run(d: str) -> ProbeResult:
+                Path(d, "p.cu").write_text(text)
+                r = _run([self.tc.nvcc, "-cubin", _gencode(target), "p.cu", "-o", "p.cubin"], d)
+                return ProbeResult(r.returncode == 0, _first_error(r.stderr))
+
+            return self._cached("cuda", text, target, "", run)
+        if kind == "macro":
+            incs = [f"-I{p}" for p in self.include_dirs]
+            src = text if MACRO_TOKEN in text else macro_source(text, include)
+
+            def run(d: str) -> ProbeResult:
+                Path(d, "p.cu").write_text(src)
+                r = _run([self.tc.nvcc, "-E", _gencode(target), *incs, "p.cu", "-o", "p.ii"], d)
+                if r.returncode != 0:
+                    return ProbeResult(False, "preprocessing failed: " + _first_error(r.stderr))
+                out = Path(d, "p.ii").read_text(errors="replace")
+                ok = re.search(rf"^\s*{MACRO_TOKEN}\b", out, re.M) is not None
+                return ProbeResult(ok, "" if ok else "condition is false")
+
+            return self._cached("macro", src, target, "\0".join(self.include_dirs), run)
+        raise ValueError(f"unknown probe kind {kind!r}")
+
+    # --- macros ---------------------------------------------------------------------------
+
+    def dump_macros(self, target: str | None) -> dict | None:
+        """{"ints": {...}, "funcs": {...}} for the device pass of `target` (None: host pass);
+        None when nvcc does not accept the target."""
+        key = self.cache.key("macros", self.tc.version, target or "<host>")
+        hit = self.cache.get(key)
+        if hit is not None and "accepted" in hit:
+            self.cache.hits += 1
+            return hit if hit["accepted"] else None
+        self.cache.misses += 1
+        with tempfile.TemporaryDirectory(prefix="archaudit-") as d:
+            Path(d, "e.cu").write_text("")
+            if target is not None:
+                r = _run([self.tc.nvcc, "-E", "-Xcompiler", "-dM", _gencode(target), "e.cu", "-o", "e.ii"], d)
+            else:
+                r = self._host_dump(d)
+            if r.returncode != 0:
+                if target is None:
+                    raise ToolchainMissing(f"host preprocessing failed: {_first_error(r.stderr)}")
+                self.cache.put(key, {"accepted": False})
+                return None
+            text = Path(d, "e.ii").read_text(errors="replace")
+        ints, funcs = parse_dm(text)
+        value = {"accepted": True, "ints": ints, "funcs": funcs}
+        self.cache.put(key, value)
+        return value
+
+    def _host_dump(self, d: str) -> subprocess.CompletedProcess:
+        # nvcc has no "host pass only" switch for -E: take the host preprocessing command
+        # from --dryrun (the gcc -E without -D__CUDA_ARCH__) and re-run it with -dM.
+        r = _run([self.tc.nvcc, "--dryrun", "-c", _gencode("sm_80"), "e.cu", "-o", "e.o"], d)
+        for line in r.stderr.splitlines():
+            if not line.startswith("#$ "):
+                continue
+            try:
+                args = shlex.split(line[3:])
+            except ValueError:
+                continue
+            if args and os.path.basename(args[0]) in ("gcc", "g++", "c++", "clang++", "cl.exe") and "-E" in args:
+                if any(a.startswith("-D__CUDA_ARCH__") for a in args):
+                    continue
+                if "-o" in args:
+                    i = args.index("-o")
+                    args[i + 1] = "e.ii"
+                else:
+                    args += ["-o", "e.ii"]
+                return _run([args[0], "-dM", *args[1:]], d)
+        return subprocess.CompletedProcess([], 1, "", "no host preprocessing step in `nvcc --dryrun`")
+
+
+_DEFINE_RE = re.compile(r"^#define (\w+)(\([^)]*\))?(?: (.*))?$")
+
+
+def parse_dm(text: str) -> tuple[dict[str, int], dict[str, str]]:
+    """Object-like integer macros and function-like macros (signature -> body) of `-dM` output,
+    restricted to macros.toml's meta.record pattern."""
+    record = re.compile(load_rule("macros").get("meta", {}).get("record", r"^__CUDA"))
+    ints: dict[str, int] = {}
+    funcs: dict[str, str] = {}
+    for line in text.splitlines():
+        m = _DEFINE_RE.match(line)
+        if not m or not record.search(m.group(1)):
+            continue
+        value = (m.group(3) or "").strip()
+        if m.group(2):
+            funcs[m.group(1) + m.group(2).replace(" ", "")] = value
+            continue
+        if value == "":
+            continue  # header include guards and the like; -DX without a value shows as 1
+        vm = re.fullmatch(r"(\d+)[uUlL]*", value)
+        if vm:
+            ints[m.group(1)] = int(vm.group(1))
+    return ints, funcs
+
+
+# --- checks -------------------------------------------------------------------------------
+
+
+@dataclass
+class Finding:
+    """One disagreement between the data and the toolchain."""
+
+    kind: str  # "feature" | "macros" | "targets" | "probe-error"
+    subject: str
+    message: str
+    data_only: list[str] = field(default_factory=list)  # in the data, not confirmed by the toolchain
+    toolchain_only: list[str] = field(default_factory=list)  # confirmed by the toolchain, not in the data
+    details: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {
+            "kind": self.kind,
+            "subject": self.subject,
+            "message": self.message,
+            "data_only": self.data_only,
+            "toolchain_only": self.toolchain_only,
+            "details": self.details,
+        }
+
+
+@dataclass
+class Report:
+    toolchain: Toolchain
+    findings: list[Finding]
+    checked_rules: list[str]
+    checked_targets: list[str]
+    skipped: dict[str, str]
+    probes: int
+    cache_hits: int
+    seconds: float
+    observed: dict[str, list[str]] = field(default_factory=dict)  # rule id -> targets where the probe passed
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+    def to_json(self) -> dict:
+        return {
+            "ok": self.ok,
+            "nvcc": self.toolchain.nvcc,
+            "nvcc_version": self.toolchain.version,
+            "rules": self.checked_rules,
+            "targets": self.checked_targets,
+            "skipped": self.skipped,
+            "probes": self.probes,
+            "cache_hits": self.cache_hits,
+            "seconds": round(self.seconds, 3),
+            "observed": self.observed,
+            "disagreements": [f.to_json() for f in self.findings],
+        }
+
+
+def _macro_diff(expected_ints, expected_funcs, got: dict) -> dict:
+    diff = {}
+    gi, gf = got["ints"], got["funcs"]
+    for k in sorted(set(expected_ints) | set(gi)):
+        if expected_ints.get(k) != gi.get(k):
+            diff[k] = {"data": expected_ints.get(k), "nvcc": gi.get(k)}
+    for k in sorted(set(expected_funcs) | set(gf)):
+        if expected_funcs.get(k) != gf.get(k):
+            diff[k] = {"data": expected_funcs.get(k), "nvcc": gf.get(k)}
+    return diff
+
+
+def _expected_funcs(target: CompileTarget | None) -> dict[str, str]:
+    return {f"{n}({','.join(p)})": body for n, (p, body) in function_macros(target).items()}
+
+
+def compact_supported(names: Iterable[str]) -> list[str]:
+    """A short supported_on list for a set of target names (used to suggest fixes)."""
+    want = set(names)
+    targets = all_compile_targets()
+    present = [t for t in targets if t.name in want]
+    if not present:
+        return []
+    # "sm_XY+" from the lowest capability present, optionally with a variant filter.
+    lo = present[0].gpu_name
+    for filt in ("", ":af", ":a", ":f", ":p"):
+        if expand_supported([f"{lo}+{filt}"]) == want:
+            return [f"{lo}+{filt}"]
+    return [t.name for t in present]
+
+
+def verify(
+    *,
+    rule_ids: Iterable[str] | None = None,
+    target_names: Iterable[str] | None = None,
+    check_macros: bool = True,
+    check_targets: bool = True,
+    jobs: int | None = None,
+    cache_dir: Path | None = None,
+    include_dirs: Iterable[str] = (),
+    progress: Callable[[int, int, str], None] | None = None,
+) -> Report:
+    """Run the probes; raises ToolchainMissing when nvcc/ptxas cannot be used."""
+    t0 = time.monotonic()
+    tc = Toolchain.find()
+    cache = ProbeCache(cache_dir)
+    prober = Prober(tc, cache, tuple(include_dirs))
+    rules = list(feature_rules())
+    if rule_ids is not None:
+        wanted = list(rule_ids)
+        known = {r.id for r in rules}
+        unknown = [w for w in wanted if w not in known]
+        if unknown:
+            raise KeyError(", ".join(unknown))
+        rules = [r for r in rules if r.id in set(wanted)]
+    targets = all_compile_targets()
+    if target_names is not None:
+        wanted_t = list(target_names)
+        by_name = {t.name: t for t in targets}
+        unknown = [w for w in wanted_t if w not in by_name]
+        if unknown:
+            raise KeyError(", ".join(unknown))
+        targets = [by_name[w] for w in wanted_t]
+
+    skipped: dict[str, str] = {}
+    runnable = []
+    for r in rules:
+        if not r.probe.strip():
+            skipped[r.id] = "no probe"
+        elif r.probe_kind == "macro" and not prober.include_dirs and (r.probe_include or "#include" in r.probe):
+            skipped[r.id] = "needs a CUTLASS include dir (--include / ARCHAUDIT_CUTLASS_INCLUDE)"
+        else:
+            runnable.append(r)
+
+    tasks: list[tuple[str, Callable[[], object]]] = []
+    for r in runnable:
+        for t in targets:
+            tasks.append((f"{r.id} @ {t.name}", lambda r=r, t=t: prober.probe(r.probe_kind, r.probe, t.name, r.probe_include)))
+    macro_targets: list[str | None] = []
+    if check_macros:
+        macro_targets = [None] + [t.name for t in targets]
+    if check_targets:
+        # Every variant spelling of every GPU, to check the `variants` lists of targets.toml.
+        for g in registry().gpus:
+            for v in ("", "a", "f"):
+                n = f"{g.name}{v}"
+                if n not in macro_targets:
+                    macro_targets.append(n)
+    for mt in macro_targets:
+        tasks.append((f"macros @ {mt or 'host'}", lambda mt=mt: prober.dump_macros(mt)))
+
+    if any(r.probe_kind == "ptx" for r in runnable):
+        prober.ptx_isa()  # once, before the threads race for it
+    results: dict[str, object] = {}
+    done = 0
+    workers = max(1, jobs or os.cpu_count() or 1)
+    with ThreadPoolExecutor(max_workers=workers) as ex:
+        futs = {ex.submit(fn): label for label, fn in tasks}
+        for fut in _as_completed(futs):
+            label = futs[fut]
+            results[label] = fut.result()
+            done += 1
+            if progress:
+                progress(done, len(tasks), label)
+
+    findings: list[Finding] = []
+    observed: dict[str, list[str]] = {}
+    for r in runnable:
+        got = set()
+        errors = {}
+        for t in targets:
+            res = results[f"{r.id} @ {t.name}"]
+            if res.ok:  # type: ignore[attr-defined]
+                got.add(t.name)
+            else:
+                errors[t.name] = res.detail  # type: ignore[attr-defined]
+        # An atom builds where its guard is on AND the instructions it emits assemble; those
+        # instruction rules are verified on their own, so their data stands in for them here.
+        for q in r.requires:
+            req = feature_rule(q)
+            for t in targets:
+                if t.name in got and not req.supports(t):
+                    got.discard(t.name)
+                    errors[t.name] = f"guard on, but {q} does not build"
+        observed[r.id] = [t.name for t in targets if t.name in got]
+        expected = {t.name for t in targets if r.supports(t)}
+        if got != expected:
+            data_only = [t.name for t in targets if t.name in expected - got]
+            tool_only = [t.name for t in targets if t.name in got - expected]
+            details = {"errors": {n: errors[n] for n in data_only}}
+            if target_names is None:
+                details["suggested_supported_on"] = compact_supported(got)
+            findings.append(
+                Finding("feature", r.id, f"supported_on disagrees with {r.probe_kind} probes", data_only, tool_only, details)
+            )
+
+    if check_macros:
+        for mt in [None] + [t.name for t in targets]:
+            got = results[f"macros @ {mt or 'host'}"]
+            target = None if mt is None else next(t for t in targets if t.name == mt)
+            if got is None:
+                findings.append(Finding("macros", mt or "host", "nvcc does not accept this target"))
+                continue
+            exp_i = predefined_macros(target)
+            got = dict(got)  # type: ignore[arg-type]
+            if target is None:
+                got["ints"] = {k: v for k, v in got["ints"].items() if k != "__CUDA_ARCH_LIST__"}
+            diff = _macro_diff(exp_i, _expected_funcs(target), got)
+            if diff:
+                findings.append(Finding("macros", mt or "host", "macros.toml differs from nvcc -E -dM", details={"diff": diff}))
+
+    if check_targets:
+        for g in registry().gpus:
+            accepted = [v for v in ("", "a", "f") if results[f"macros @ {g.name}{v}"] is not None]
+            if sorted(accepted) != sorted(g.variants):
+                findings.append(
+                    Finding(
+                        "targets",
+                        g.name,
+                        f"targets.toml variants {list(g.variants)} but nvcc accepts {accepted}",
+                        [f"{g.name}{v}" for v in g.variants if v not in accepted],
+                        [f"{g.name}{v}" for v in accepted if v not in g.variants],
+                    )
+                )
+
+    return Report(
+        toolchain=tc,
+        findings=findings,
+        checked_rules=[r.id for r in runnable],
+        checked_targets=[t.name for t in targets],
+        skipped=skipped,
+        probes=len(tasks),
+        cache_hits=cache.hits,
+        seconds=time.monotonic() - t0,
+        observed=observed,
+    )
+
+
+def _as_completed(futs):
+    from concurrent.futures import as_completed
+
+    return as_completed(futs)
+
+
+# --- regenerating macros.toml -------------------------------------------------------------
+
+
+def render_macros_toml(jobs: int | None = None, cache_dir: Path | None = None) -> str:
+    """The [common]/[host]/[device.*] tables of macros.toml from fresh probes.
+
+    The header, [meta] and [functions] stay hand-written (they document the format and
+    mirror crt/host_defines.h); verify checks that they reproduce the probes.
+    """
+    tc = Toolchain.find()
+    prober = Prober(tc, ProbeCache(cache_dir))
+    names = [t.name for t in all_compile_targets()]
+    with ThreadPoolExecutor(max_workers=max(1, jobs or os.cpu_count() or 1)) as ex:
+        dumps = list(ex.map(prober.dump_macros, [None] + names))
+    host = dict(dumps[0]["ints"])  # type: ignore[index]
+    host.pop("__CUDA_ARCH_LIST__", None)
+    devices = {n: d["ints"] for n, d in zip(names, dumps[1:]) if d is not None}
+    common = {k: v for k, v in host.items() if all(d.get(k) == v for d in devices.values())}
+    lines = ["[common]"] + [f"{k} = {v}" for k, v in sorted(common.items())]
+    lines += ["", "[host]"] + [f"{k} = {v}" for k, v in sorted(host.items()) if k not in common]
+    for n, ints in devices.items():
+        lines += ["", f"[device.{n}]"] + [f"{k} = {v}" for k, v in sorted(ints.items()) if k not in common]
+    return "\n".join(lines) + "\n"
