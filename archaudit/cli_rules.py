@@ -98,7 +98,7 @@ def _print_text(report) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    out = Console()
+    out = Console(highlight=False)
     tc = report.toolchain
     for rid, why in report.skipped.items():
         out.print(f"[yellow]skipped[/] {rid}: {why}")

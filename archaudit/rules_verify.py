@@ -531,6 +531,10 @@ def verify(
                 findings.append(Finding("macros", mt or "host", "macros.toml differs from nvcc -E -dM", details={"diff": diff}))
 
     if check_targets:
+        listed = _list_gpu_code(tc)
+        known = {g.name for g in registry().gpus}
+        for name in sorted(listed - known):
+            findings.append(Finding("targets", name, "nvcc --list-gpu-code lists a GPU that targets.toml lacks", [], [name]))
         for g in registry().gpus:
             accepted = [v for v in ("", "a", "f") if results[f"macros @ {g.name}{v}"] is not None]
             if sorted(accepted) != sorted(g.variants):
@@ -555,6 +559,11 @@ def verify(
         seconds=time.monotonic() - t0,
         observed=observed,
     )
+
+
+def _list_gpu_code(tc: Toolchain) -> set[str]:
+    r = _run([tc.nvcc, "--list-gpu-code"], ".")
+    return set(re.findall(r"^(sm_\d+)$", r.stdout, re.M))
 
 
 def _as_completed(futs):
