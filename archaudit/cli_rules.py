@@ -13,7 +13,21 @@ EXIT_OK, EXIT_DISAGREE, EXIT_USAGE = 0, 1, 2
 
 def _default_include() -> tuple[str, ...]:
     env = os.environ.get("ARCHAUDIT_CUTLASS_INCLUDE", "")
-    return tuple(p for p in env.split(os.pathsep) if p)
+    dirs = tuple(p for p in env.split(os.pathsep) if p)
+    if dirs:
+        return dirs
+    # An installed flashinfer ships CUTLASS in its data dir; find_spec does not import it.
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("flashinfer")
+    except (ImportError, ValueError):
+        spec = None
+    for loc in (spec.submodule_search_locations or []) if spec else []:
+        inc = Path(loc) / "data" / "cutlass" / "include"
+        if (inc / "cute" / "arch" / "config.hpp").is_file():
+            return (str(inc),)
+    return ()
 
 
 @click.group("rules")
@@ -31,7 +45,8 @@ def rules_group() -> None:
     "include_dirs",
     multiple=True,
     type=click.Path(exists=True, file_okay=False),
-    help="Include dir for atom probes, e.g. a CUTLASS include/ (default: $ARCHAUDIT_CUTLASS_INCLUDE).",
+    help="Include dir for atom probes, e.g. a CUTLASS include/ (default: $ARCHAUDIT_CUTLASS_INCLUDE, "
+    "else the CUTLASS of an installed flashinfer).",
 )
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, help="Parallel probes (default: CPU count).")
 @click.option("--no-cache", is_flag=True, help="Ignore and do not write the probe cache.")

@@ -16,6 +16,7 @@ import shlex
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -104,6 +105,14 @@ class ProbeCache:
         self.root = root
         self.hits = 0
         self.misses = 0
+        self._lock = threading.Lock()
+
+    def count(self, hit: bool) -> None:
+        with self._lock:
+            if hit:
+                self.hits += 1
+            else:
+                self.misses += 1
 
     @staticmethod
     def key(*parts: str) -> str:
@@ -204,9 +213,9 @@ class Prober:
         key = self.cache.key(kind, self.tc.version, text, target, extra)
         hit = self.cache.get(key)
         if hit is not None and isinstance(hit.get("ok"), bool):
-            self.cache.hits += 1
+            self.cache.count(True)
             return ProbeResult(hit["ok"], str(hit.get("detail", "")), cached=True)
-        self.cache.misses += 1
+        self.cache.count(False)
         with tempfile.TemporaryDirectory(prefix="archaudit-") as d:
             res = fn(d)
         self.cache.put(key, {"ok": res.ok, "detail": res.detail})
@@ -254,9 +263,9 @@ class Prober:
         key = self.cache.key("macros", self.tc.version, target or "<host>")
         hit = self.cache.get(key)
         if hit is not None and "accepted" in hit:
-            self.cache.hits += 1
+            self.cache.count(True)
             return hit if hit["accepted"] else None
-        self.cache.misses += 1
+        self.cache.count(False)
         with tempfile.TemporaryDirectory(prefix="archaudit-") as d:
             Path(d, "e.cu").write_text("")
             if target is not None:
@@ -448,8 +457,12 @@ def verify(
     for r in rules:
         if not r.probe.strip():
             skipped[r.id] = "no probe"
-        elif r.probe_kind == "macro" and not prober.include_dirs and (r.probe_include or "#include" in r.probe):
+        elif r.probe_kind == "macro" and r.probe_include and not prober.include_dirs:
             skipped[r.id] = "needs a CUTLASS include dir (--include / ARCHAUDIT_CUTLASS_INCLUDE)"
+        elif r.probe_kind == "macro" and r.probe_include and not any(
+            Path(d, r.probe_include).is_file() for d in prober.include_dirs
+        ):
+            skipped[r.id] = f"{r.probe_include} not found in the include dirs"
         else:
             runnable.append(r)
 

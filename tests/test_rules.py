@@ -239,3 +239,21 @@ def test_verify_subset_agrees_with_toolchain(tmp_path, monkeypatch):
     # Second run: all from the cache.
     res2 = CliRunner().invoke(main, args)
     assert json.loads(res2.stdout)["cache_hits"] == json.loads(res2.stdout)["probes"]
+
+
+@pytest.mark.nvcc
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
+def test_verify_reports_a_wrong_rule(tmp_path, monkeypatch):
+    import dataclasses
+
+    from archaudit import rules_verify
+
+    wrong = dataclasses.replace(feature_rule("ptx.wgmma"), supported_on=frozenset({"sm_90", "sm_90a"}))
+    monkeypatch.setattr(rules_verify, "feature_rules", lambda: (wrong,))
+    rep = rules_verify.verify(
+        target_names=["sm_90", "sm_90a"], check_macros=False, check_targets=False, cache_dir=tmp_path, jobs=2
+    )
+    assert not rep.ok
+    (f,) = rep.findings
+    assert f.subject == "ptx.wgmma" and f.data_only == ["sm_90"] and f.toolchain_only == []
+    assert "not supported on .target 'sm_90'" in f.details["errors"]["sm_90"]
