@@ -1,8 +1,6 @@
 """Command-line interface: parse options, call the pipeline, pick a formatter. Nothing imports this."""
 from __future__ import annotations
 
-import sys
-
 import click
 
 from . import __version__
@@ -12,6 +10,72 @@ from . import __version__
 @click.version_option(__version__, prog_name="archaudit")
 def main() -> None:
     """Static auditor of GPU-architecture gates in LLM-serving Python packages."""
+
+
+def parse_targets(names: tuple[str, ...]):
+    """--target values -> TargetRequests; an unknown name is a usage error (exit 2)."""
+    from .targets import UnknownTarget, registry
+
+    reg = registry()
+    out = []
+    for n in names:
+        try:
+            out.append(reg.parse(n))
+        except UnknownTarget as e:
+            raise click.BadParameter(str(e), param_hint="--target") from None
+    return out
+
+
+@main.command()
+@click.argument("path", required=False, type=click.Path(path_type=str))
+@click.option("--target", "-t", "targets", multiple=True, metavar="GPU",
+              help="GPU to judge for: sm_120, 12.0, 120f, sm_120a, or a product such as 'RTX PRO 6000'. Repeatable.")
+@click.option("--format", "fmt", type=click.Choice(["table", "text", "json"]), default="table", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), help="Write the report to a file.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress output on stderr.")
+def scan(path, targets, fmt, output, quiet):
+    """Scan a site-packages directory, a source tree or a wheel (default: this Python's site-packages)."""
+    from rich.console import Console
+
+    from .pipeline import scan as run_scan
+    from .report.jsonout import to_json
+    from .report.text import render_table, render_text
+    from .sources import SourceError
+    from .targets import registry
+
+    reqs = parse_targets(targets)
+    reg = registry()
+    err = Console(stderr=True)
+    show = not quiet and err.is_terminal
+    status = err.status("scanning") if show else None
+
+    def progress(msg: str) -> None:
+        if status is not None:
+            status.update(msg)
+
+    try:
+        if status is not None:
+            status.start()
+        result = run_scan(path, reqs, reg, progress=progress)
+    except SourceError as e:
+        if status is not None:
+            status.stop()
+        raise click.UsageError(str(e)) from None
+    finally:
+        if status is not None:
+            status.stop()
+    if fmt == "json":
+        text = to_json(result, reg)
+    elif fmt == "text" or output:
+        text = render_text(result, reg)
+    else:
+        render_table(result, reg, Console())
+        return
+    if output:
+        with open(output, "w", encoding="utf-8") as f:
+            f.write(text)
+    else:
+        click.echo(text, nl=False)
 
 
 def _register_optional_commands() -> None:

@@ -1,0 +1,533 @@
+"""Python sources -> a small, picklable IR, via tree-sitter-python.
+
+The tree-sitter tree is walked once and dropped; analyses work on `N` nodes, which are plain
+data (cacheable by content hash) and much cheaper to traverse from Python than tree-sitter nodes.
+Unknown syntax becomes an "other" node rather than an error: the analyses treat it as opaque.
+"""
+from __future__ import annotations
+
+import sys
+from functools import lru_cache
+
+import tree_sitter
+import tree_sitter_python
+
+
+class N:
+    """An IR node: kind, position, and kind-specific fields in `f` (a dict)."""
+
+    __slots__ = ("k", "line", "col", "sb", "eb", "f")
+
+    def __init__(self, k: str, line: int, col: int, sb: int, eb: int, f: dict):
+        self.k = k
+        self.line = line
+        self.col = col
+        self.sb = sb
+        self.eb = eb
+        self.f = f
+
+    def __getstate__(self):
+        return (self.k, self.line, self.col, self.sb, self.eb, self.f)
+
+    def __setstate__(self, s):
+        self.k, self.line, self.col, self.sb, self.eb, self.f = s
+
+    def __repr__(self) -> str:  # for debugging and test failure messages
+        return f"N({self.k}@{self.line}:{self.col} {self.f!r})"
+
+
+@lru_cache(maxsize=1)
+def _parser() -> tree_sitter.Parser:
+    return tree_sitter.Parser(tree_sitter.Language(tree_sitter_python.language()))
+
+
+class ParsedModule:
+    """Result of parsing one file: the IR body, the source bytes, and syntax problems."""
+
+    __slots__ = ("body", "src", "errors", "shallow")
+
+    def __init__(self, body: list, src: bytes, errors: list[tuple[int, str]], shallow: bool = False):
+        self.body = body
+        self.src = src
+        self.errors = errors  # (line, message)
+        self.shallow = shallow  # function bodies were not converted
+
+    def text(self, n: N) -> str:
+        return self.src[n.sb : n.eb].decode("utf-8", "replace")
+
+
+def parse_python(src: bytes, shallow: bool = False) -> ParsedModule:
+    """Parse and convert. shallow=True leaves function bodies empty: enough to resolve imports
+    and definitions in modules whose code cannot test the architecture, at a fraction of the cost."""
+    tree = _parser().parse(src)
+    conv = _Converter(src, shallow)
+    body = conv.block_children(tree.root_node)
+    errors = []
+    if tree.root_node.has_error:
+        errors = _first_errors(tree.root_node)
+    return ParsedModule(body, src, errors, shallow)
+
+
+def _first_errors(root, limit: int = 3) -> list[tuple[int, str]]:
+    out = []
+    stack = [root]
+    while stack and len(out) < limit:
+        n = stack.pop()
+        if n.type == "ERROR" or n.is_missing:
+            what = f"missing {n.type}" if n.is_missing else "syntax error"
+            out.append((n.start_point[0] + 1, what))
+            continue
+        if n.has_error:
+            stack.extend(reversed(n.children))
+    return out
+
+
+_COMPARE_OPS = {"<", ">", "<=", ">=", "==", "!=", "in", "is", "<>"}
+
+
+class _Converter:
+    def __init__(self, src: bytes, shallow: bool = False):
+        self.src = src
+        self.depth = 0
+        self.shallow = shallow
+
+    def mk(self, k: str, ts, **f) -> N:
+        return N(k, ts.start_point[0] + 1, ts.start_point[1] + 1, ts.start_byte, ts.end_byte, f)
+
+    def text(self, ts) -> str:
+        return self.src[ts.start_byte : ts.end_byte].decode("utf-8", "replace")
+
+    # ---------------------------------------------------------------- statements
+    def block_children(self, ts) -> list[N]:
+        out: list[N] = []
+        if ts is None:
+            return out
+        for c in ts.named_children:
+            s = self.stmt(c)
+            if s is not None:
+                out.append(s)
+        return out
+
+    def stmt(self, ts) -> N | None:
+        t = ts.type
+        if t == "comment":
+            return None
+        if t == "decorated_definition":
+            decos = [self.expr(d.named_children[0]) for d in ts.named_children if d.type == "decorator" and d.named_children]
+            inner = ts.child_by_field_name("definition")
+            if inner is None:
+                return self.mk("other", ts)
+            n = self.stmt(inner)
+            if n is not None:
+                n.f["decorators"] = decos
+            return n
+        if t == "function_definition":
+            params = self.params(ts.child_by_field_name("parameters"))
+            name = ts.child_by_field_name("name")
+            return self.mk(
+                "def",
+                ts,
+                name=self.text(name) if name else "?",
+                params=params,
+                body=[] if self.shallow else self.block_children(ts.child_by_field_name("body")),
+                decorators=[],
+                returns=self.opt_expr(ts.child_by_field_name("return_type")),
+            )
+        if t == "class_definition":
+            name = ts.child_by_field_name("name")
+            sup = ts.child_by_field_name("superclasses")
+            bases = []
+            if sup is not None:
+                bases = [self.expr(c) for c in sup.named_children if c.type not in ("keyword_argument", "comment")]
+            return self.mk(
+                "class",
+                ts,
+                name=self.text(name) if name else "?",
+                bases=bases,
+                body=self.block_children(ts.child_by_field_name("body")),
+                decorators=[],
+            )
+        if t == "if_statement":
+            cond = self.expr(ts.child_by_field_name("condition"))
+            body = self.block_children(ts.child_by_field_name("consequence"))
+            orelse: list[N] = []
+            # elif chains become nested ifs in `orelse`, as in Python's ast
+            alts = [c for c in ts.children_by_field_name("alternative")]
+            tail = orelse
+            for a in alts:
+                if a.type == "elif_clause":
+                    n = self.mk(
+                        "if",
+                        a,
+                        test=self.expr(a.child_by_field_name("condition")),
+                        body=self.block_children(a.child_by_field_name("consequence")),
+                        orelse=[],
+                        elif_=True,
+                    )
+                    tail.append(n)
+                    tail = n.f["orelse"]
+                elif a.type == "else_clause":
+                    tail.extend(self.block_children(a.child_by_field_name("body")))
+            return self.mk("if", ts, test=cond, body=body, orelse=orelse, elif_=False)
+        if t == "for_statement":
+            alt = ts.child_by_field_name("alternative")
+            return self.mk(
+                "for",
+                ts,
+                target=self.expr(ts.child_by_field_name("left")),
+                iter=self.expr(ts.child_by_field_name("right")),
+                body=self.block_children(ts.child_by_field_name("body")),
+                orelse=self.block_children(alt.child_by_field_name("body")) if alt is not None else [],
+            )
+        if t == "while_statement":
+            alt = ts.child_by_field_name("alternative")
+            return self.mk(
+                "while",
+                ts,
+                test=self.expr(ts.child_by_field_name("condition")),
+                body=self.block_children(ts.child_by_field_name("body")),
+                orelse=self.block_children(alt.child_by_field_name("body")) if alt is not None else [],
+            )
+        if t == "try_statement":
+            handlers, orelse, final = [], [], []
+            for c in ts.named_children:
+                if c.type in ("except_clause", "except_group_clause"):
+                    blk = [x for x in c.named_children if x.type == "block"]
+                    handlers.append(self.block_children(blk[0]) if blk else [])
+                elif c.type == "else_clause":
+                    orelse = self.block_children(c.child_by_field_name("body"))
+                elif c.type == "finally_clause":
+                    blk = [x for x in c.named_children if x.type == "block"]
+                    final = self.block_children(blk[0]) if blk else []
+            return self.mk(
+                "try", ts, body=self.block_children(ts.child_by_field_name("body")), handlers=handlers, orelse=orelse, final=final
+            )
+        if t == "with_statement":
+            items = []
+            for c in ts.named_children:
+                if c.type == "with_clause":
+                    for it in c.named_children:
+                        if it.type == "with_item":
+                            v = it.child_by_field_name("value")
+                            if v is not None and v.type == "as_pattern":
+                                ch = v.named_children
+                                tgt = v.child_by_field_name("alias")
+                                items.append((self.expr(ch[0]), self.expr(tgt.named_children[0]) if tgt is not None and tgt.named_children else None))
+                            else:
+                                items.append((self.opt_expr(v), None))
+            return self.mk("with", ts, items=items, body=self.block_children(ts.child_by_field_name("body")))
+        if t == "return_statement":
+            ch = ts.named_children
+            return self.mk("return", ts, value=self.expr(ch[0]) if ch else None)
+        if t == "raise_statement":
+            return self.mk("raise", ts)
+        if t == "assert_statement":
+            ch = ts.named_children
+            return self.mk("assert", ts, test=self.expr(ch[0]) if ch else None)
+        if t == "expression_statement":
+            ch = ts.named_children
+            if len(ch) == 1:
+                c = ch[0]
+                if c.type == "assignment":
+                    return self.assignment(c)
+                if c.type == "augmented_assignment":
+                    return self.mk(
+                        "augassign",
+                        c,
+                        target=self.expr(c.child_by_field_name("left")),
+                        op=self.text(c.child_by_field_name("operator"))[:-1],
+                        value=self.expr(c.child_by_field_name("right")),
+                    )
+                return self.mk("expr", ts, value=self.expr(c))
+            return self.mk("expr", ts, value=self.mk("tuple", ts, elts=[self.expr(c) for c in ch]))
+        if t == "import_statement":
+            names = []
+            for c in ts.named_children:
+                if c.type == "dotted_name":
+                    names.append((self.text(c), None))
+                elif c.type == "aliased_import":
+                    names.append((self.text(c.child_by_field_name("name")), self.text(c.child_by_field_name("alias"))))
+            return self.mk("import", ts, names=names)
+        if t == "import_from_statement":
+            mod = ts.child_by_field_name("module_name")
+            level, modname = 0, ""
+            if mod is not None:
+                mt = self.text(mod)
+                level = len(mt) - len(mt.lstrip("."))
+                modname = mt.lstrip(".")
+            names, star = [], False
+            for c in ts.children_by_field_name("name"):
+                if c.type == "dotted_name":
+                    names.append((self.text(c), None))
+                elif c.type == "aliased_import":
+                    names.append((self.text(c.child_by_field_name("name")), self.text(c.child_by_field_name("alias"))))
+            if any(c.type == "wildcard_import" for c in ts.named_children):
+                star = True
+            return self.mk("importfrom", ts, module=modname, level=level, names=names, star=star)
+        if t in ("pass_statement", "break_statement", "continue_statement"):
+            return self.mk(t.split("_")[0], ts)
+        if t == "global_statement" or t == "nonlocal_statement":
+            return self.mk("global", ts, names=[self.text(c) for c in ts.named_children])
+        if t == "delete_statement":
+            return self.mk("pass", ts)
+        if t == "future_import_statement":
+            return self.mk("pass", ts)
+        if t in ("match_statement",):
+            return self.mk("other", ts)
+        if t == "ERROR":
+            # keep what is recognisable inside an error region
+            inner = self.block_children(ts)
+            return self.mk("block", ts, body=inner)
+        return self.mk("other", ts)
+
+    def assignment(self, c) -> N:
+        left = c.child_by_field_name("left")
+        right = c.child_by_field_name("right")
+        ann = c.child_by_field_name("type")
+        targets = [self.expr(left)]
+        # chained assignment a = b = value: tree-sitter nests assignments on the right
+        while right is not None and right.type == "assignment":
+            targets.append(self.expr(right.child_by_field_name("left")))
+            right = right.child_by_field_name("right")
+        return self.mk("assign", c, targets=targets, value=self.opt_expr(right), annotation=self.opt_expr(ann))
+
+    def params(self, ts) -> list[tuple[str, N | None, str]]:
+        """[(name, default, kind)] kind: "" normal, "*" varargs, "**" kwargs, "kwonly"."""
+        out = []
+        if ts is None:
+            return out
+        kwonly = False
+        for c in ts.named_children:
+            t = c.type
+            if t == "identifier":
+                out.append((self.text(c), None, "kwonly" if kwonly else ""))
+            elif t in ("default_parameter", "typed_default_parameter"):
+                nm = c.child_by_field_name("name")
+                out.append((self.text(nm) if nm else "?", self.opt_expr(c.child_by_field_name("value")), "kwonly" if kwonly else ""))
+            elif t == "typed_parameter":
+                inner = c.named_children[0] if c.named_children else None
+                if inner is not None and inner.type == "list_splat_pattern":
+                    out.append((self.text(inner).lstrip("*"), None, "*"))
+                    kwonly = True
+                elif inner is not None and inner.type == "dictionary_splat_pattern":
+                    out.append((self.text(inner).lstrip("*"), None, "**"))
+                else:
+                    out.append((self.text(inner) if inner else "?", None, "kwonly" if kwonly else ""))
+            elif t == "list_splat_pattern":
+                out.append((self.text(c).lstrip("*"), None, "*"))
+                kwonly = True
+            elif t == "dictionary_splat_pattern":
+                out.append((self.text(c).lstrip("*"), None, "**"))
+            elif t == "keyword_separator":
+                kwonly = True
+        return out
+
+    # ---------------------------------------------------------------- expressions
+    def opt_expr(self, ts) -> N | None:
+        return None if ts is None else self.expr(ts)
+
+    def expr(self, ts) -> N:
+        self.depth += 1
+        try:
+            if self.depth > 200:
+                return self.mk("other", ts)
+            return self._expr(ts)
+        finally:
+            self.depth -= 1
+
+    def _expr(self, ts) -> N:
+        t = ts.type
+        if t == "identifier":
+            return self.mk("name", ts, id=self.text(ts))
+        if t == "attribute":
+            obj = ts.child_by_field_name("object")
+            attr = ts.child_by_field_name("attribute")
+            return self.mk("attr", ts, value=self.expr(obj), attr=self.text(attr) if attr else "?")
+        if t == "call":
+            fn = ts.child_by_field_name("function")
+            argl = ts.child_by_field_name("arguments")
+            args, kwargs, star = [], [], False
+            if argl is not None and argl.type == "argument_list":
+                for c in argl.named_children:
+                    if c.type == "keyword_argument":
+                        nm = c.child_by_field_name("name")
+                        kwargs.append((self.text(nm) if nm else "?", self.expr(c.child_by_field_name("value"))))
+                    elif c.type in ("list_splat", "dictionary_splat"):
+                        star = True
+                    elif c.type == "comment":
+                        continue
+                    else:
+                        args.append(self.expr(c))
+            elif argl is not None:  # generator expression argument
+                args.append(self.mk("comp", argl))
+            return self.mk("call", ts, func=self.expr(fn), args=args, kwargs=kwargs, star=star)
+        if t == "integer":
+            txt = self.text(ts).replace("_", "").rstrip("lLjJ")
+            try:
+                v = int(txt, 0)
+            except ValueError:
+                try:
+                    v = int(txt.lstrip("0") or "0")
+                except ValueError:
+                    return self.mk("other", ts)
+            return self.mk("const", ts, value=v)
+        if t == "float":
+            try:
+                return self.mk("const", ts, value=float(self.text(ts).replace("_", "")))
+            except ValueError:
+                return self.mk("other", ts)
+        if t == "true":
+            return self.mk("const", ts, value=True)
+        if t == "false":
+            return self.mk("const", ts, value=False)
+        if t == "none":
+            return self.mk("const", ts, value=None)
+        if t == "string":
+            return self.string(ts)
+        if t == "concatenated_string":
+            parts = [self.string(c) for c in ts.named_children if c.type == "string"]
+            if all(p.k == "const" for p in parts):
+                return self.mk("const", ts, value="".join(p.f["value"] for p in parts))
+            return self.mk("fstring", ts, parts=[x for p in parts for x in (p.f["parts"] if p.k == "fstring" else [p])])
+        if t in ("tuple", "expression_list", "pattern_list", "tuple_pattern"):
+            return self.mk("tuple", ts, elts=[self.expr(c) for c in ts.named_children if c.type != "comment"])
+        if t in ("list", "list_pattern"):
+            return self.mk("list", ts, elts=[self.expr(c) for c in ts.named_children if c.type != "comment"])
+        if t == "set":
+            return self.mk("set", ts, elts=[self.expr(c) for c in ts.named_children if c.type != "comment"])
+        if t == "dictionary":
+            pairs = []
+            for c in ts.named_children:
+                if c.type == "pair":
+                    pairs.append((self.expr(c.child_by_field_name("key")), self.expr(c.child_by_field_name("value"))))
+                elif c.type == "dictionary_splat":
+                    pairs.append((None, self.expr(c.named_children[0]) if c.named_children else self.mk("other", c)))
+            return self.mk("dict", ts, pairs=pairs)
+        if t == "subscript":
+            subs = ts.children_by_field_name("subscript")
+            idx = self.expr(subs[0]) if len(subs) == 1 else self.mk("tuple", ts, elts=[self.expr(s) for s in subs])
+            return self.mk("subscript", ts, value=self.expr(ts.child_by_field_name("value")), index=idx)
+        if t == "comparison_operator":
+            operands, ops = [], []
+            pending = ""
+            for c in ts.children:
+                if c.is_named and c.type != "comment":
+                    if pending:
+                        ops.append(pending)
+                        pending = ""
+                    operands.append(self.expr(c))
+                elif not c.is_named:
+                    tok = self.text(c)
+                    pending = f"{pending} {tok}".strip() if pending else tok
+            return self.mk("compare", ts, operands=operands, ops=ops)
+        if t == "boolean_operator":
+            op = ts.child_by_field_name("operator")
+            return self.mk(
+                "boolop",
+                ts,
+                op=self.text(op) if op else "and",
+                left=self.expr(ts.child_by_field_name("left")),
+                right=self.expr(ts.child_by_field_name("right")),
+            )
+        if t == "not_operator":
+            return self.mk("not", ts, value=self.expr(ts.child_by_field_name("argument")))
+        if t == "unary_operator":
+            op = ts.child_by_field_name("operator")
+            return self.mk("unary", ts, op=self.text(op) if op else "-", value=self.expr(ts.child_by_field_name("argument")))
+        if t == "binary_operator":
+            op = ts.child_by_field_name("operator")
+            return self.mk(
+                "binop",
+                ts,
+                op=self.text(op) if op else "?",
+                left=self.expr(ts.child_by_field_name("left")),
+                right=self.expr(ts.child_by_field_name("right")),
+            )
+        if t == "conditional_expression":
+            ch = [c for c in ts.named_children if c.type != "comment"]
+            if len(ch) == 3:
+                return self.mk("ifexp", ts, body=self.expr(ch[0]), test=self.expr(ch[1]), orelse=self.expr(ch[2]))
+            return self.mk("other", ts)
+        if t == "parenthesized_expression":
+            ch = [c for c in ts.named_children if c.type != "comment"]
+            return self.expr(ch[0]) if len(ch) == 1 else self.mk("other", ts)
+        if t == "await":
+            ch = ts.named_children
+            return self.expr(ch[0]) if ch else self.mk("other", ts)
+        if t == "named_expression":
+            return self.mk(
+                "walrus", ts, target=self.text(ts.child_by_field_name("name")), value=self.expr(ts.child_by_field_name("value"))
+            )
+        if t in ("list_splat", "dictionary_splat", "list_splat_pattern"):
+            ch = ts.named_children
+            return self.mk("starred", ts, value=self.expr(ch[0]) if ch else None)
+        if t == "lambda":
+            return self.mk("lambda", ts, body=self.opt_expr(ts.child_by_field_name("body")), params=self.params(ts.child_by_field_name("parameters")))
+        if t in ("list_comprehension", "set_comprehension", "generator_expression", "dictionary_comprehension"):
+            return self.comprehension(ts)
+        if t == "keyword_argument":
+            return self.expr(ts.child_by_field_name("value"))
+        return self.mk("other", ts)
+
+    def comprehension(self, ts) -> N:
+        body = ts.child_by_field_name("body")
+        gens = []
+        for c in ts.named_children:
+            if c.type == "for_in_clause":
+                gens.append(("for", self.expr(c.child_by_field_name("left")), self.expr(c.child_by_field_name("right"))))
+            elif c.type == "if_clause":
+                ch = c.named_children
+                if ch:
+                    gens.append(("if", self.expr(ch[0]), None))
+        kind = {"list_comprehension": "list", "set_comprehension": "set", "generator_expression": "gen"}.get(ts.type, "dict")
+        return self.mk("comp", ts, kind=kind, body=self.opt_expr(body) if body is not None and body.type != "pair" else None, gens=gens)
+
+    def string(self, ts) -> N:
+        parts: list[N] = []
+        chunks: list[str] = []
+        is_f = False
+        prefix = ""
+        for c in ts.children:
+            if c.type == "string_start":
+                prefix = self.text(c).lower()
+                is_f = "f" in prefix.rstrip("'\"")
+            elif c.type == "string_content":
+                chunks.append(self._content(c, prefix))
+            elif c.type == "interpolation":
+                is_f = True
+                if chunks:
+                    parts.append(N("const", 0, 0, 0, 0, {"value": "".join(chunks)}))
+                    chunks = []
+                e = c.child_by_field_name("expression")
+                parts.append(self.expr(e) if e is not None else self.mk("other", c))
+            elif c.type == "escape_sequence":
+                chunks.append(_unescape(self.text(c)))
+        if not is_f:
+            return self.mk("const", ts, value="".join(chunks))
+        if chunks:
+            parts.append(N("const", 0, 0, 0, 0, {"value": "".join(chunks)}))
+        return self.mk("fstring", ts, parts=parts)
+
+    def _content(self, c, prefix: str) -> str:
+        # string_content may contain escape_sequence children; reconstruct
+        if not c.named_children or "r" in prefix:
+            return self.text(c)
+        out, pos = [], c.start_byte
+        for e in c.named_children:
+            out.append(self.src[pos : e.start_byte].decode("utf-8", "replace"))
+            out.append(_unescape(self.text(e)) if e.type == "escape_sequence" else self.text(e))
+            pos = e.end_byte
+        out.append(self.src[pos : c.end_byte].decode("utf-8", "replace"))
+        return "".join(out)
+
+
+def _unescape(s: str) -> str:
+    try:
+        return s.encode("latin-1", "backslashreplace").decode("unicode_escape")
+    except (UnicodeDecodeError, UnicodeEncodeError):
+        return s
+
+
+# deep expressions: the converter recurses; give it room but keep a hard cap above
+if sys.getrecursionlimit() < 5000:
+    sys.setrecursionlimit(5000)

@@ -1,0 +1,77 @@
+"""The scan pipeline: sources -> Python index -> gates (-> later: CUDA, call graph, verdicts).
+
+Analyses never print; progress goes through the optional `progress` callback.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .model import Diagnostic, Gate
+from .python.gates import find_python_gates
+from .python.index import Index
+from .sources import Distribution, Source, WheelSource, open_source
+from .targets import Registry, TargetRequest, registry
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class ScanResult:
+    root: str
+    packages: list[Distribution]
+    gates: list[Gate]
+    diagnostics: list[Diagnostic]
+    targets: list[TargetRequest] = field(default_factory=list)
+    stats: dict = field(default_factory=dict)
+
+
+def package_resolver(source: Source, dists: list[Distribution]) -> Callable[[str], str | None]:
+    top: dict[str, str] = {}
+    for d in dists:
+        for t in d.top_level:
+            top.setdefault(t, d.name)
+
+    def package_of(path: str) -> str | None:
+        first = path.split("/", 1)[0]
+        if first.endswith(".py"):
+            first = first[:-3]
+        return top.get(first, first if "/" in path else None)
+
+    return package_of
+
+
+def scan(path, targets: list[TargetRequest] | None = None, reg: Registry | None = None,
+         progress: Progress | None = None) -> ScanResult:
+    reg = reg or registry()
+    t0 = time.perf_counter()
+    say = progress or (lambda msg: None)
+    source = open_source(path)
+    say(f"listing {source.label}")
+    files = source.files()
+    dists = source.distributions()
+    py_files = [f for f in files if f.endswith(".py")]
+    # in site-packages and wheels, a file's path is its module name (namespace packages included)
+    path_based = bool(dists) or isinstance(source, WheelSource)
+    index = Index(source, py_files, path_based=path_based)
+    say(f"evaluating Python gates in {len(py_files)} files")
+    gscan = find_python_gates(source, index, reg, package_resolver(source, dists))
+    diags = sorted(set(source.diagnostics) | set(index.diagnostics))
+    stats = {
+        "files": len(files),
+        "python_files": len(py_files),
+        "python_modules_parsed": gscan.parsed_modules,
+        "python_modules_evaluated": gscan.evaluated_modules,
+        "python_functions_evaluated": gscan.evaluated_functions,
+        "gate_rounds": gscan.rounds,
+        "seconds": round(time.perf_counter() - t0, 3),
+    }
+    return ScanResult(
+        root=str(path) if path is not None else source.label,
+        packages=dists,
+        gates=gscan.gates,
+        diagnostics=diags,
+        targets=list(targets or []),
+        stats=stats,
+    )

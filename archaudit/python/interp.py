@@ -1,0 +1,1258 @@
+"""A small abstract interpreter for Python, pointwise over GPU targets (see values.py).
+
+It evaluates module-level code and function bodies of the scanned packages without running
+anything: calls into scanned functions are interpreted (memoised, depth-bounded), calls into
+other libraries are OPAQUE unless a rule in rules/gates.toml says what they return (torch's
+capability queries). Decision points (if/elif/while/assert/conditional expressions and
+architecture lists passed to JIT builds) whose outcome depends on the GPU are reported as gates
+through `GateSink`.
+"""
+from __future__ import annotations
+
+import operator
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..model import ARCH_LIST, CAPABILITY_COMPARE, FLAG, NVCC_FLAGS, PREDICATE_CALL
+from ..ruledata import load_rule
+from ..targets import Registry, admits_of_arch_list, admits_of_nvcc_flags
+from .index import Index, ModuleInfo
+from ..parsing.python_ir import N
+from .values import (
+    AV,
+    OPAQUE,
+    UNKNOWN_SET,
+    ArchFlags,
+    BoundMethod,
+    ClassRef,
+    Domain,
+    ExtRef,
+    FrozenDict,
+    FuncRef,
+    Instance,
+    ModuleRef,
+    Partial,
+    Unres,
+    cap,
+    has_unres,
+    may_false,
+    may_true,
+    truth,
+)
+
+MAX_DEPTH = 14
+
+
+@dataclass(frozen=True)
+class _Identity:
+    """A decorator or wrapper that returns the function it wraps (lru_cache(maxsize=1), cache, wraps)."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class _Builtin:
+    name: str
+
+
+@dataclass(frozen=True)
+class _LazyImport:
+    module: str
+    name: str | None  # None: the module itself
+
+
+@dataclass(frozen=True)
+class _MethodOf:
+    """A method of a constant (dict.get, str.split) waiting for its call."""
+
+    obj: Any
+    name: str
+
+
+_IDENTITY_WRAPPERS = {"cache", "lru_cache", "wraps", "cached_property", "staticmethod", "classmethod", "property",
+                      "cache_once", "functools.cache", "functools.lru_cache"}
+_BUILTINS = {"getattr", "hasattr", "len", "int", "str", "bool", "tuple", "list", "set", "frozenset", "sorted",
+             "min", "max", "any", "all", "isinstance", "dict", "float", "abs", "print", "super", "type", "map",
+             "range", "enumerate", "zip", "repr", "callable", "iter", "next", "reversed", "sum", "round", "divmod",
+             "object", "id", "hash", "format", "vars", "globals", "locals", "open"}
+
+
+class Rules:
+    def __init__(self, reg: Registry):
+        data = load_rule("gates")
+        self.cap_tuple: set[str] = set()
+        self.cap_sm: set[str] = set()
+        self.cap_props: set[str] = set()
+        for r in data.get("capability_source", []):
+            {"tuple": self.cap_tuple, "sm": self.cap_sm, "props": self.cap_props}[r["returns"]].update(r["names"])
+        self.cap_methods: dict[str, str] = {}
+        for r in data.get("capability_method", []):
+            for n in r["names"]:
+                self.cap_methods[n] = r["op"]
+        self.predicates: list[tuple[re.Pattern, dict]] = [(re.compile(r["pattern"]), r) for r in data.get("predicate", [])]
+        self.arch_lists: dict[str, dict] = {r["function"]: r for r in data.get("arch_list", [])}
+        jb = data.get("jit_builders", {})
+        self.jit_builders: set[str] = set(jb.get("names", []))
+        self.flag_keywords: set[str] = set(jb.get("flag_keywords", []))
+        self.arch_env: set[str] = set(data.get("arch_list_env", {}).get("names", []))
+        self.reg = reg
+
+    def predicate_admits(self, name: str) -> tuple[frozenset, str] | None:
+        for pat, r in self.predicates:
+            m = pat.match(name)
+            if not m:
+                continue
+            if "majors" in r:
+                return self.reg.with_major(r["majors"]), f"name-rule {pat.pattern}"
+            cc = int(m.group("cc"))
+            major, minor = divmod(cc, 10)
+            if r.get("scope") == "exact":
+                g = self.reg.gpu(major, minor)
+                return (frozenset([g.name]) if g else frozenset()), f"name-rule {pat.pattern}"
+            return self.reg.with_major([major]), f"name-rule {pat.pattern}"
+        return None
+
+
+@dataclass
+class GateRecord:
+    """A decision point whose outcome depends on the GPU, as the interpreter saw it."""
+
+    module: ModuleInfo
+    node: N
+    function: str
+    kind: str
+    admits: frozenset
+    resolved: bool
+    reasons: list[str]
+    via: list[str]
+    region: str
+    expr_node: N | None = None
+    extra: dict = field(default_factory=dict)
+
+
+class Frame:
+    __slots__ = ("mod", "env", "via", "mask", "ret", "func", "cls", "report", "is_module")
+
+    def __init__(self, mod: ModuleInfo, env: dict, mask: tuple, func: str, cls: ClassRef | None, report: bool, is_module=False):
+        self.mod = mod
+        self.env = env
+        self.via: dict[str, frozenset] = {}
+        self.mask = mask
+        self.ret: list[frozenset] = [frozenset()] * len(mask)
+        self.func = func
+        self.cls = cls
+        self.report = report
+        self.is_module = is_module
+
+
+class Interp:
+    def __init__(self, index: Index, reg: Registry):
+        self.index = index
+        self.reg = reg
+        self.gpus = reg.gpus
+        self.dom = Domain(len(self.gpus))
+        self.rules = Rules(reg)
+        self.n = len(self.gpus)
+        self.ALL = (1,) * self.n
+        self._globals: dict[str, dict] = {}
+        self._globals_via: dict[str, dict] = {}
+        self._in_progress: set = set()
+        self._memo: dict = {}
+        self._via_stack: list[set] = []
+        self._depth = 0
+        self.gates: list[GateRecord] = []
+        self.arch_functions: set[str] = set()  # functions whose result depends on the GPU
+        self._cap_tuple = self.dom.per([(g.major, g.minor) for g in self.gpus])
+        self._cap_sm = self.dom.per([g.cc for g in self.gpus])
+        self._cap_major = self.dom.per([g.major for g in self.gpus])
+        self._cap_minor = self.dom.per([g.minor for g in self.gpus])
+
+    # ------------------------------------------------------------------ helpers
+    def arch_dependent(self, av: AV) -> bool:
+        return not av.uniform or bool(has_unres(av))
+
+    def _note(self, item: str) -> None:
+        if self._via_stack:
+            self._via_stack[-1].add(item)
+
+    def _note_all(self, items) -> None:
+        if self._via_stack and items:
+            self._via_stack[-1].update(items)
+
+    # ------------------------------------------------------------------ modules
+    def globals_of(self, modname: str) -> dict | None:
+        g = self._globals.get(modname)
+        if g is not None:
+            return g
+        mod = self.index.module(modname)
+        if mod is None:
+            return None
+        g = self._static_globals(mod)
+        self._globals[modname] = g
+        self._globals_via[modname] = {}
+        if modname in self._in_progress:
+            return g
+        self._in_progress.add(modname)
+        try:
+            frame = Frame(mod, g, self.ALL, modname, None, report=False, is_module=True)
+            frame.via = self._globals_via[modname]
+            self._exec_block(mod.parsed.body, frame)
+        finally:
+            self._in_progress.discard(modname)
+        return g
+
+    def _static_globals(self, mod: ModuleInfo) -> dict:
+        g: dict[str, Any] = {"__name__": self.dom.const(mod.name)}
+        for name, node in mod.defs.items():
+            g[name] = self.dom.const(self._ref_for(mod, name, node))
+        return g
+
+    def _ref_for(self, mod: ModuleInfo, qual: str, node: N):
+        if node.k == "def":
+            return FuncRef(mod.name, qual, node.sb)
+        return ClassRef(mod.name, qual)
+
+    def report_module(self, modname: str) -> None:
+        """Run a module's top-level code once more with gate reporting on."""
+        g = self.globals_of(modname)
+        mod = self.index.module(modname)
+        if mod is None or g is None:
+            return
+        frame = Frame(mod, dict(g), self.ALL, modname, None, report=True, is_module=True)
+        frame.via = dict(self._globals_via.get(modname, {}))
+        self._exec_block(mod.parsed.body, frame)
+
+    def module_attr(self, modname: str, name: str) -> AV:
+        if self.index.has_module(modname):
+            g = self.globals_of(modname)
+            if g is not None and name in g:
+                v = self._read_global(modname, g, name)
+                return v
+            sub = f"{modname}.{name}"
+            if self.index.has_module(sub):
+                return self.dom.const(ModuleRef(sub))
+            return self.dom.OPAQUE
+        sub = f"{modname}.{name}"
+        if self.index.has_module(sub):
+            return self.dom.const(ModuleRef(sub))
+        return self.dom.const(ExtRef(sub))
+
+    def _read_global(self, modname: str, g: dict, name: str) -> AV:
+        v = g[name]
+        if isinstance(v, _LazyImport):
+            g[name] = self.dom.OPAQUE  # break import cycles while resolving
+            v = self._resolve_import(v)
+            g[name] = v
+        vv = self._globals_via.get(modname, {}).get(name)
+        if vv:
+            self._note_all(vv)
+        return v
+
+    def _resolve_import(self, li: _LazyImport) -> AV:
+        if li.name is None:
+            if self.index.has_module(li.module):
+                return self.dom.const(ModuleRef(li.module))
+            return self.dom.const(ExtRef(li.module))
+        return self.module_attr(li.module, li.name)
+
+    # ------------------------------------------------------------------ classes
+    def class_node(self, c: ClassRef) -> tuple[ModuleInfo, N] | None:
+        mod = self.index.module(c.module)
+        if mod is None:
+            return None
+        node = mod.classes.get(c.qual)
+        return (mod, node) if node is not None else None
+
+    def mro(self, c: ClassRef, depth: int = 0) -> list[ClassRef]:
+        out = [c]
+        if depth > 10:
+            return out
+        cn = self.class_node(c)
+        if cn is None:
+            return out
+        mod, node = cn
+        frame = Frame(mod, self.globals_of(mod.name) or {}, self.ALL, mod.name, None, report=False, is_module=True)
+        for b in node.f["bases"]:
+            bv = self.eval(b, frame).single()
+            if isinstance(bv, ClassRef) and bv not in out:
+                for x in self.mro(bv, depth + 1):
+                    if x not in out:
+                        out.append(x)
+        return out
+
+    def class_member(self, c: ClassRef, name: str) -> tuple[Any, N | None, ClassRef] | None:
+        """(value-or-FuncRef, def node, owner class) for a class attribute, searching the MRO."""
+        for k in self.mro(c):
+            cn = self.class_node(k)
+            if cn is None:
+                continue
+            mod, node = cn
+            for st in node.f["body"]:
+                if st.k == "def" and st.f["name"] == name:
+                    return FuncRef(mod.name, f"{k.qual}.{name}", st.sb), st, k
+                if st.k == "class" and st.f["name"] == name:
+                    return ClassRef(mod.name, f"{k.qual}.{name}"), None, k
+            for st in node.f["body"]:
+                if st.k == "assign":
+                    for t in st.f["targets"]:
+                        if t.k == "name" and t.f["id"] == name and st.f["value"] is not None:
+                            frame = Frame(mod, self.globals_of(mod.name) or {}, self.ALL, mod.name, None, False, True)
+                            return self.eval(st.f["value"], frame), None, k
+        return None
+
+    # ------------------------------------------------------------------ statements
+    def _exec_block(self, stmts: list[N], fr: Frame) -> None:
+        for st in stmts:
+            if not any(fr.mask):
+                return
+            self._exec(st, fr)
+
+    def _assign_name(self, fr: Frame, name: str, av: AV, via: frozenset = frozenset()) -> None:
+        old = fr.env.get(name)
+        if isinstance(old, _LazyImport) or old is None:
+            old = None
+        if all(m == 1 for m in fr.mask) or old is None:
+            fr.env[name] = av if all(m == 1 for m in fr.mask) or old is None else av
+        else:
+            sets = []
+            for i, m in enumerate(fr.mask):
+                if m == 1:
+                    sets.append(av.sets[i])
+                elif m == 2:
+                    sets.append(cap(av.sets[i] | old.sets[i]))
+                else:
+                    sets.append(old.sets[i])
+            fr.env[name] = AV(tuple(sets))
+        if via:
+            fr.via[name] = via
+        elif name in fr.via and all(m == 1 for m in fr.mask):
+            del fr.via[name]
+
+    def _bind_target(self, fr: Frame, target: N, av: AV, via: frozenset) -> None:
+        k = target.k
+        if k == "name":
+            self._assign_name(fr, target.f["id"], av, via)
+        elif k in ("tuple", "list"):
+            elts = target.f["elts"]
+            for i, t in enumerate(elts):
+                if t.k == "starred":
+                    continue
+                self._bind_target(fr, t, self.dom.map1(av, lambda v, i=i: _index(v, i)), via)
+        elif k == "subscript" and fr.report:
+            # os.environ["TORCH_CUDA_ARCH_LIST"] = "9.0a" restricts what a JIT builds
+            idx = target.f["index"]
+            if idx.k == "const" and idx.f["value"] in self.rules.arch_env:
+                s = av.single()
+                if isinstance(s, str):
+                    adm = admits_of_arch_list(self.reg, s)
+                    if adm is not None:
+                        self._record(fr, target, NVCC_FLAGS, adm, [], [f"arch-list string {s!r}"], "environment",
+                                     expr_node=target)
+
+    def _exec(self, st: N, fr: Frame) -> None:
+        k = st.k
+        if k == "expr":
+            self.eval(st.f["value"], fr)
+        elif k == "assign":
+            if st.f["value"] is None:
+                return
+            self._via_stack.append(set())
+            try:
+                av = self.eval(st.f["value"], fr)
+            finally:
+                via = frozenset(self._via_stack.pop())
+            for t in st.f["targets"]:
+                self._bind_target(fr, t, av, via)
+        elif k == "augassign":
+            t = st.f["target"]
+            if t.k == "name":
+                cur = self.eval(t, fr)
+                val = self.eval(st.f["value"], fr)
+                self._assign_name(fr, t.f["id"], self._binop(st.f["op"], cur, val))
+        elif k == "if":
+            self._exec_if(st, fr)
+        elif k == "return":
+            av = self.eval(st.f["value"], fr) if st.f["value"] is not None else self.dom.NONE
+            fr.ret = [cap(r | s) if m else r for r, s, m in zip(fr.ret, av.sets, fr.mask)]
+            fr.mask = (0,) * self.n
+        elif k == "raise":
+            fr.mask = (0,) * self.n
+        elif k in ("break", "continue"):
+            fr.mask = (0,) * self.n
+        elif k == "assert":
+            if st.f["test"] is not None:
+                self._decision(st.f["test"], fr, st, "assert", positive=True)
+        elif k in ("for", "while"):
+            if k == "while":
+                self._decision(st.f["test"], fr, st, "loop", positive=True)
+            else:
+                self.eval(st.f["iter"], fr)
+                self._bind_target(fr, st.f["target"], self.dom.OPAQUE, frozenset())
+            saved = fr.mask
+            fr.mask = tuple(2 if m else 0 for m in saved)
+            self._exec_block(st.f["body"], fr)
+            fr.mask = tuple(2 if m else 0 for m in saved)
+            self._exec_block(st.f["orelse"], fr)
+            fr.mask = tuple(2 if m else 0 for m in saved)
+        elif k == "try":
+            saved = fr.mask
+            self._exec_block(st.f["body"], fr)
+            after_body = fr.mask
+            for h in st.f["handlers"]:
+                fr.mask = tuple(2 if m else 0 for m in saved)
+                self._exec_block(h, fr)
+            fr.mask = after_body
+            self._exec_block(st.f["orelse"], fr)
+            fr.mask = tuple(max(a, 2 if b else 0) if (a or b) else 0 for a, b in zip(fr.mask, saved)) if st.f["handlers"] else fr.mask
+            end = fr.mask
+            fr.mask = tuple(m if m else 0 for m in saved)
+            self._exec_block(st.f["final"], fr)
+            fr.mask = end
+        elif k == "with":
+            for expr, tgt in st.f["items"]:
+                if expr is not None:
+                    v = self.eval(expr, fr)
+                    if tgt is not None:
+                        self._bind_target(fr, tgt, self.dom.OPAQUE if v.single() is None else self.dom.OPAQUE, frozenset())
+            self._exec_block(st.f["body"], fr)
+        elif k == "block":
+            self._exec_block(st.f["body"], fr)
+        elif k == "def":
+            if not fr.is_module:
+                qual = f"{fr.func.split(':', 1)[-1]}.<locals>.{st.f['name']}" if False else None
+                ref = self._nested_ref(fr, st)
+                self._assign_name(fr, st.f["name"], self.dom.const(ref) if ref else self.dom.OPAQUE)
+            else:
+                self._bind_def(fr, st)
+        elif k == "class":
+            if fr.is_module:
+                fr.env[st.f["name"]] = self.dom.const(ClassRef(fr.mod.name, st.f["name"]))
+        elif k == "import":
+            for name, alias in st.f["names"]:
+                if alias:
+                    fr.env[alias] = _LazyImport(name, None) if fr.is_module else self._resolve_import(_LazyImport(name, None))
+                else:
+                    top = name.split(".")[0]
+                    fr.env[top] = _LazyImport(top, None) if fr.is_module else self._resolve_import(_LazyImport(top, None))
+        elif k == "importfrom":
+            base = self.index.resolve_relative(fr.mod, st.f["level"], st.f["module"])
+            if st.f["star"]:
+                self._star_import(fr, base)
+            for name, alias in st.f["names"]:
+                li = _LazyImport(base, name)
+                fr.env[alias or name] = li if fr.is_module else self._resolve_import(li)
+        # pass, global, other: nothing to do
+
+    def _bind_def(self, fr: Frame, st: N) -> None:
+        ref = FuncRef(fr.mod.name, st.f["name"], st.sb)
+        val: AV = self.dom.const(ref)
+        # a decorator that is not a known transparent wrapper may replace the function; we still
+        # follow the definition (most decorators in this code base wrap and forward)
+        fr.env[st.f["name"]] = val
+
+    def _nested_ref(self, fr: Frame, st: N) -> FuncRef | None:
+        for q, node in fr.mod.functions.items():
+            if node is st:
+                return FuncRef(fr.mod.name, q, st.sb)
+        return None
+
+    def _star_import(self, fr: Frame, base: str) -> None:
+        g = self.globals_of(base)
+        if g is None:
+            return
+        names = None
+        allv = g.get("__all__")
+        if isinstance(allv, AV):
+            s = allv.single()
+            if isinstance(s, tuple) and all(isinstance(x, str) for x in s):
+                names = s
+        if names is None:
+            names = [n for n in g if not n.startswith("_")]
+        for n in names:
+            if n in g:
+                fr.env[n] = _LazyImport(base, n)
+
+    def _exec_if(self, st: N, fr: Frame) -> None:
+        body, orelse = st.f["body"], st.f["orelse"]
+        early_exit = not orelse and bool(body) and _is_exit(body[-1], st.f["test"])
+        cond = self._decision(st.f["test"], fr, st, "after-early-exit" if early_exit else "branch", positive=not early_exit)
+        saved = fr.mask
+        then_mask, else_mask = [], []
+        for i, m in enumerate(saved):
+            if not m:
+                then_mask.append(0)
+                else_mask.append(0)
+                continue
+            t, f = may_true(cond.sets[i]), may_false(cond.sets[i])
+            if any(v is OPAQUE or isinstance(v, Unres) for v in cond.sets[i]) and t and f:
+                pass
+            then_mask.append(0 if not t else (m if not f else 2))
+            else_mask.append(0 if not f else (m if not t else 2))
+        fr.mask = tuple(then_mask)
+        self._exec_block(body, fr)
+        then_end = fr.mask
+        fr.mask = tuple(else_mask)
+        self._exec_block(orelse, fr)
+        else_end = fr.mask
+        out = []
+        for i, m in enumerate(saved):
+            if not m:
+                out.append(0)
+                continue
+            a, b = then_end[i], else_end[i]
+            ta, tb = then_mask[i], else_mask[i]
+            may = (ta and a) or (tb and b)
+            definitely = m == 1 and (not ta or a == 1) and (not tb or b == 1) and (ta == 1 or tb == 1 or (a == 1 and b == 1))
+            out.append(1 if (may and definitely) else (2 if may else 0))
+        fr.mask = tuple(out)
+
+    # ------------------------------------------------------------------ decisions -> gates
+    def _decision(self, test: N, fr: Frame, st: N, region: str, positive: bool) -> AV:
+        if not fr.report:
+            return self.eval(test, fr)
+        self._via_stack.append(set())
+        try:
+            av = self.eval(test, fr)
+        finally:
+            via = self._via_stack.pop()
+        # only GPUs that can reach this point count: after `if not sm90: raise`, a later test
+        # of the minor version speaks about sm_90 alone
+        reach = [i for i, m in enumerate(fr.mask) if m]
+        if reach and self._truth_varies(av, reach):
+            admits = frozenset(
+                self.gpus[i].name for i in reach if (may_true(av.sets[i]) if positive else may_false(av.sets[i]))
+            )
+            kind = self._classify(test, fr)
+            self._record(fr, st, kind, admits, has_unres(av), sorted(via), region, expr_node=test)
+        return av
+
+    def _truth_varies(self, av: AV, reach: list[int]) -> bool:
+        if has_unres(av):
+            return True
+        vals = {(may_true(av.sets[i]), may_false(av.sets[i])) for i in reach}
+        return len(vals) > 1
+
+    def _classify(self, test: N, fr: Frame) -> str:
+        atoms = []
+        stack = [test]
+        while stack:
+            n = stack.pop()
+            if n.k == "not":
+                stack.append(n.f["value"])
+            elif n.k == "boolop":
+                stack.append(n.f["right"])
+                stack.append(n.f["left"])
+            else:
+                atoms.append(n)
+        for a in atoms:
+            v = self.eval(a, fr)
+            if not self.arch_dependent(v):
+                continue
+            if a.k == "compare":
+                return CAPABILITY_COMPARE
+            if a.k == "call":
+                return PREDICATE_CALL
+            return FLAG
+        return FLAG
+
+    def _record(self, fr: Frame, node: N, kind: str, admits: frozenset, reasons: list[str], via: list[str],
+                region: str, expr_node: N | None = None, extra: dict | None = None) -> None:
+        self.gates.append(
+            GateRecord(
+                module=fr.mod,
+                node=node,
+                function=fr.func,
+                kind=kind,
+                admits=admits,
+                resolved=not reasons,
+                reasons=reasons,
+                via=via,
+                region=region,
+                expr_node=expr_node,
+                extra=extra or {},
+            )
+        )
+
+    # ------------------------------------------------------------------ expressions
+    def eval(self, n: N | None, fr: Frame) -> AV:
+        if n is None:
+            return self.dom.NONE
+        m = getattr(self, "_e_" + n.k, None)
+        if m is None:
+            return self.dom.OPAQUE
+        return m(n, fr)
+
+    def _e_const(self, n: N, fr: Frame) -> AV:
+        return self.dom.const(n.f["value"])
+
+    def _e_fstring(self, n: N, fr: Frame) -> AV:
+        acc = self.dom.const("")
+        for p in n.f["parts"]:
+            v = self.eval(p, fr)
+            acc = self.dom.map2(acc, v, lambda a, b: a + (b if isinstance(b, str) else str(b) if isinstance(b, (int, float)) else _raise()))
+        return acc
+
+    def _e_name(self, n: N, fr: Frame) -> AV:
+        name = n.f["id"]
+        if name in fr.env:
+            v = fr.env[name]
+            if isinstance(v, _LazyImport):
+                if fr.is_module:
+                    return self._read_global(fr.mod.name, fr.env, name)
+                v = self._resolve_import(v)
+                fr.env[name] = v
+            vv = fr.via.get(name)
+            if vv:
+                self._note_all(vv)
+            return v
+        if not fr.is_module:
+            g = self.globals_of(fr.mod.name)
+            if g is not None and name in g:
+                return self._read_global(fr.mod.name, g, name)
+        if name in _BUILTINS:
+            return self.dom.const(_Builtin(name))
+        if name in ("True", "False", "None"):
+            return self.dom.const({"True": True, "False": False, "None": None}[name])
+        return self.dom.OPAQUE
+
+    def _e_attr(self, n: N, fr: Frame) -> AV:
+        base = self.eval(n.f["value"], fr)
+        return self._getattr(base, n.f["attr"], n)
+
+    def _getattr(self, base: AV, attr: str, n: N | None) -> AV:
+        results: dict = {}
+        out = []
+        for s in base.sets:
+            r = results.get(s)
+            if r is None:
+                acc = None
+                for v in s:
+                    rv = self._getattr1(v, attr)
+                    acc = rv if acc is None else self.dom.union(acc, rv)
+                r = results[s] = acc if acc is not None else self.dom.OPAQUE
+            out.append(r)
+        if len(results) == 1:
+            res = next(iter(results.values()))
+        else:
+            res = AV(tuple(r.sets[i] for i, r in enumerate(out)))
+        if not self.arch_dependent(res) and n is not None:
+            rule = self.rules.predicate_admits(attr)
+            if rule is not None and self._unknownish(base) and self._unknownish(res):
+                adm, why = rule
+                self._note(why)
+                return self.dom.per([g.name in adm for g in self.gpus])
+        return res
+
+    def _unknownish(self, av: AV) -> bool:
+        return all(all(v is OPAQUE or isinstance(v, (ExtRef, Instance)) for v in s) for s in av.sets)
+
+    def _getattr1(self, v, attr: str) -> AV:
+        if v is OPAQUE or isinstance(v, Unres):
+            return AV((frozenset((v,)),) * self.n)
+        if isinstance(v, ModuleRef):
+            return self.module_attr(v.name, attr)
+        if isinstance(v, ExtRef):
+            return self.dom.const(ExtRef(f"{v.dotted}.{attr}"))
+        if isinstance(v, ClassRef):
+            mem = self.class_member(v, attr)
+            if mem is None:
+                return self.dom.OPAQUE
+            val = mem[0]
+            return val if isinstance(val, AV) else self.dom.const(val)
+        if isinstance(v, Instance):
+            mem = self.class_member(v.cls, attr)
+            if mem is not None:
+                val, node, owner = mem
+                if isinstance(val, FuncRef):
+                    decos = [_deco_name(d) for d in (node.f.get("decorators") or [])] if node is not None else []
+                    if "staticmethod" in decos:
+                        return self.dom.const(val)
+                    if "property" in decos or "cached_property" in decos:
+                        return self.call_function(val, [self.dom.const(v)], {})
+                    return self.dom.const(BoundMethod(val, v))
+                return val if isinstance(val, AV) else self.dom.const(val)
+            ga = self.class_member(v.cls, "__getattr__")
+            if ga is not None and isinstance(ga[0], FuncRef):
+                return self.call_function(ga[0], [self.dom.const(v), self.dom.const(attr)], {})
+            return self.dom.OPAQUE
+        if isinstance(v, (FrozenDict, str, tuple)):
+            return self.dom.const(_MethodOf(v, attr))
+        if isinstance(v, tuple) and len(v) == 2 and all(isinstance(x, int) for x in v):
+            return self.dom.OPAQUE
+        if isinstance(v, _CapProps):
+            return self.dom.const({"major": v.major, "minor": v.minor}.get(attr, OPAQUE))
+        return self.dom.OPAQUE
+
+    def _e_subscript(self, n: N, fr: Frame) -> AV:
+        base = self.eval(n.f["value"], fr)
+        idx = self.eval(n.f["index"], fr)
+        return self.dom.map2(base, idx, _subscript)
+
+    def _e_tuple(self, n: N, fr: Frame) -> AV:
+        return self._seq(n, fr)
+
+    _e_list = _e_tuple
+
+    def _e_set(self, n: N, fr: Frame) -> AV:
+        return self.dom.map1(self._seq(n, fr), frozenset)
+
+    def _seq(self, n: N, fr: Frame) -> AV:
+        acc = self.dom.const(())
+        for e in n.f["elts"]:
+            if e.k == "starred":
+                v = self.eval(e.f["value"], fr)
+                acc = self.dom.map2(acc, v, lambda a, b: a + tuple(b) if isinstance(b, (tuple, frozenset)) else _raise())
+            else:
+                v = self.eval(e, fr)
+                acc = self.dom.map2(acc, v, lambda a, b: a + (b,))
+        return acc
+
+    def _e_dict(self, n: N, fr: Frame) -> AV:
+        acc = self.dom.const(())
+        for k, v in n.f["pairs"]:
+            if k is None:
+                return self.dom.OPAQUE
+            kv = self.eval(k, fr)
+            vv = self.eval(v, fr)
+            pair = self.dom.map2(kv, vv, lambda a, b: (a, b))
+            acc = self.dom.map2(acc, pair, lambda a, b: a + (b,))
+        return self.dom.map1(acc, FrozenDict)
+
+    def _e_compare(self, n: N, fr: Frame) -> AV:
+        ops = n.f["ops"]
+        vals = [self.eval(o, fr) for o in n.f["operands"]]
+        result = None
+        for i, op in enumerate(ops):
+            if i + 1 >= len(vals):
+                break
+            f = _CMP.get(" ".join(op.split()))
+            r = self.dom.map2(vals[i], vals[i + 1], f) if f else self.dom.OPAQUE
+            result = r if result is None else self._and(result, r)
+        return result if result is not None else self.dom.OPAQUE
+
+    def _e_boolop(self, n: N, fr: Frame) -> AV:
+        left = self.eval(n.f["left"], fr)
+        right = self.eval(n.f["right"], fr)
+        return self._and(left, right) if n.f["op"] == "and" else self._or(left, right)
+
+    def _and(self, a: AV, b: AV) -> AV:
+        sets = []
+        for sa, sb in zip(a.sets, b.sets):
+            acc = set()
+            for x in sa:
+                t = truth(x)
+                if t is False:
+                    acc.add(x)
+                elif t is True:
+                    acc |= sb
+                else:
+                    acc.add(x)
+                    acc |= sb
+            sets.append(cap(frozenset(acc)))
+        return AV(tuple(sets))
+
+    def _or(self, a: AV, b: AV) -> AV:
+        sets = []
+        for sa, sb in zip(a.sets, b.sets):
+            acc = set()
+            for x in sa:
+                t = truth(x)
+                if t is True:
+                    acc.add(x)
+                elif t is False:
+                    acc |= sb
+                else:
+                    acc.add(x)
+                    acc |= sb
+            sets.append(cap(frozenset(acc)))
+        return AV(tuple(sets))
+
+    def _e_not(self, n: N, fr: Frame) -> AV:
+        v = self.eval(n.f["value"], fr)
+        return self.dom.map1(v, lambda x: _not(x))
+
+    def _e_unary(self, n: N, fr: Frame) -> AV:
+        v = self.eval(n.f["value"], fr)
+        op = n.f["op"]
+        return self.dom.map1(v, {"-": operator.neg, "+": operator.pos, "~": operator.invert}.get(op, lambda x: _raise()))
+
+    def _e_binop(self, n: N, fr: Frame) -> AV:
+        return self._binop(n.f["op"], self.eval(n.f["left"], fr), self.eval(n.f["right"], fr))
+
+    def _binop(self, op: str, a: AV, b: AV) -> AV:
+        f = _BINOPS.get(op)
+        if f is None:
+            return self.dom.OPAQUE
+        return self.dom.map2(a, b, f)
+
+    def _e_ifexp(self, n: N, fr: Frame) -> AV:
+        cond = self._decision(n.f["test"], fr, n, "conditional-expression", positive=True) if fr.report else self.eval(n.f["test"], fr)
+        body = self.eval(n.f["body"], fr)
+        orelse = self.eval(n.f["orelse"], fr)
+        sets = []
+        for c, b, o in zip(cond.sets, body.sets, orelse.sets):
+            t, f = may_true(c), may_false(c)
+            s = (b if t else frozenset()) | (o if f else frozenset())
+            sets.append(cap(s))
+        return AV(tuple(sets))
+
+    def _e_walrus(self, n: N, fr: Frame) -> AV:
+        v = self.eval(n.f["value"], fr)
+        self._assign_name(fr, n.f["target"], v)
+        return v
+
+    def _e_comp(self, n: N, fr: Frame) -> AV:
+        # [f(x) for x in CONST] over a constant iterable: evaluate elementwise when possible
+        gens = n.f.get("gens") or []
+        body = n.f.get("body")
+        if body is None or len(gens) != 1 or gens[0][0] != "for" or gens[0][1].k != "name":
+            return self.dom.OPAQUE
+        it = self.eval(gens[0][2], fr).single()
+        if not isinstance(it, (tuple, frozenset)) or len(it) > 64:
+            return self.dom.OPAQUE
+        var = gens[0][1].f["id"]
+        saved = fr.env.get(var)
+        acc = self.dom.const(())
+        for x in it:
+            fr.env[var] = self.dom.const(x)
+            acc = self.dom.map2(acc, self.eval(body, fr), lambda a, b: a + (b,))
+        if saved is None:
+            fr.env.pop(var, None)
+        else:
+            fr.env[var] = saved
+        return acc if n.f.get("kind") != "set" else self.dom.map1(acc, frozenset)
+
+    def _e_lambda(self, n: N, fr: Frame) -> AV:
+        return self.dom.OPAQUE
+
+    # ------------------------------------------------------------------ calls
+    def _e_call(self, n: N, fr: Frame) -> AV:
+        fn_node = n.f["func"]
+        callee_name = fn_node.f["attr"] if fn_node.k == "attr" else fn_node.f.get("id") if fn_node.k == "name" else None
+        func = self.eval(fn_node, fr)
+        args = [self.eval(a, fr) for a in n.f["args"]]
+        kwargs = {k: self.eval(v, fr) for k, v in n.f["kwargs"]}
+        if n.f["star"]:
+            kwargs["**"] = self.dom.OPAQUE
+
+        # architecture lists handed to the JIT: a gate at the call site
+        rule = self.rules.arch_lists.get(callee_name or "")
+        if rule is not None:
+            lst = kwargs.get(rule["keyword"])
+            if lst is None and len(args) > rule.get("position", 99):
+                lst = args[rule["position"]]
+            if lst is not None:
+                return self._arch_list_call(n, fr, rule, lst)
+        if callee_name in self.rules.cap_methods and args:
+            return self._cap_method(callee_name, args[0])
+        if fr.report and callee_name in self.rules.jit_builders:
+            self._check_jit_flags(n, fr, kwargs)
+
+        result = self._call_value(func, args, kwargs, callee_name)
+        if callee_name and not self.arch_dependent(result):
+            fb = self._name_fallback(callee_name, func, result)
+            if fb is not None:
+                return fb
+        return result
+
+    def _name_fallback(self, callee_name: str, func: AV, result: AV) -> AV | None:
+        # capability sources by name (torch, pynvml, or a wrapper we could not follow)
+        if callee_name in self.rules.cap_tuple or callee_name in self.rules.cap_sm or callee_name in self.rules.cap_props:
+            if self._unknownish(result) or self._unknownish(func):
+                return self._cap_source(callee_name, func)
+        rule = self.rules.predicate_admits(callee_name)
+        if rule is not None:
+            adm, why = rule
+            fv = func.single()
+            if isinstance(fv, FuncRef):
+                why = f"{why} (inference of {fv.fullname} found no architecture test)"
+            self._note(why)
+            return self.dom.per([g.name in adm for g in self.gpus])
+        return None
+
+    def _cap_source(self, name: str, func: AV) -> AV:
+        fv = func.single()
+        label = fv.dotted if isinstance(fv, ExtRef) else name
+        self._note(f"capability-source {label}")
+        if name in self.rules.cap_tuple:
+            return self._cap_tuple
+        if name in self.rules.cap_sm:
+            return self._cap_sm
+        return self.dom.per([_CapProps(g.major, g.minor) for g in self.gpus])
+
+    def _cap_method(self, name: str, arg: AV) -> AV:
+        op = self.rules.cap_methods[name]
+        self._note(f"capability-method {name}")
+
+        def cmp(cc: int, a) -> bool:
+            if isinstance(a, tuple) and len(a) == 2:
+                a = a[0] * 10 + a[1]
+            if not isinstance(a, int):
+                raise TypeError
+            if op == ">=":
+                return cc >= a
+            if op == "==":
+                return cc == a
+            return cc // 10 == a // 10
+        return self.dom.map2(self._cap_sm, arg, cmp)
+
+    def _arch_list_call(self, n: N, fr: Frame, rule: dict, lst: AV) -> AV:
+        admits_per: set = set()
+        ok = True
+        for s in lst.sets:
+            for v in s:
+                if isinstance(v, (tuple, frozenset)) and all(isinstance(x, int) for x in v):
+                    admits_per.add(frozenset(v))
+                else:
+                    ok = False
+        if ok and len(admits_per) == 1:
+            majors = next(iter(admits_per))
+            adm = self.reg.with_major(majors) if rule.get("unit", "major") == "major" else frozenset(
+                g.name for g in self.gpus if g.cc in majors)
+            if fr.report:
+                self._record(fr, n, ARCH_LIST, adm, [], [f"{rule['keyword']}={sorted(majors)}"], "argument",
+                             expr_node=n, extra={"majors": sorted(majors)})
+            return self.dom.const(ArchFlags(adm))
+        if fr.report:
+            reasons = has_unres(lst) or ["architecture list is not a constant"]
+            self._record(fr, n, ARCH_LIST, frozenset(), reasons, [], "argument", expr_node=n)
+        return self.dom.OPAQUE
+
+    def _check_jit_flags(self, n: N, fr: Frame, kwargs: dict) -> None:
+        for kw, av in kwargs.items():
+            if kw not in self.rules.flag_keywords:
+                continue
+            v = av.single()
+            if isinstance(v, tuple) and all(isinstance(x, str) for x in v):
+                adm = admits_of_nvcc_flags(self.reg, list(v))
+                if adm is not None:
+                    flags = [x for x in v if "arch" in x or "code=" in x]
+                    self._record(fr, n, NVCC_FLAGS, adm, [], [f"{kw}: {' '.join(flags)}"], "argument",
+                                 expr_node=n, extra={"flags": flags})
+
+    def _call_value(self, func: AV, args: list[AV], kwargs: dict, callee_name: str | None) -> AV:
+        cache: dict = {}
+        out = []
+        for s in func.sets:
+            r = cache.get(s)
+            if r is None:
+                acc = None
+                for f in s:
+                    rv = self._call1(f, args, kwargs, callee_name)
+                    acc = rv if acc is None else self.dom.union(acc, rv)
+                r = cache[s] = acc if acc is not None else self.dom.OPAQUE
+            out.append(r)
+        if len(cache) == 1:
+            return next(iter(cache.values()))
+        return AV(tuple(r.sets[i] for i, r in enumerate(out)))
+
+    def _call1(self, f, args: list[AV], kwargs: dict, callee_name: str | None) -> AV:
+        if isinstance(f, FuncRef):
+            return self.call_function(f, args, kwargs)
+        if isinstance(f, BoundMethod):
+            return self.call_function(f.func, [self.dom.const(f.self_value), *args], kwargs)
+        if isinstance(f, Partial):
+            kw = dict(f.kwargs)
+            kw.update(kwargs)
+            return self._call1(f.func, [*f.args, *args], kw, callee_name)
+        if isinstance(f, ClassRef):
+            init = self.class_member(f, "__call__")  # noqa: F841 - instances are what we model
+            return self.dom.const(Instance(f))
+        if isinstance(f, _Identity):
+            return args[0] if args else self.dom.const(f)
+        if isinstance(f, ExtRef):
+            return self._call_ext(f, args, kwargs)
+        if isinstance(f, _Builtin):
+            return self._call_builtin(f.name, args, kwargs)
+        if isinstance(f, _MethodOf):
+            return self._call_method_of(f, args)
+        if isinstance(f, Unres):
+            return self.dom.unres(f.reason)
+        return self.dom.OPAQUE
+
+    def _call_ext(self, f: ExtRef, args: list[AV], kwargs: dict) -> AV:
+        last = f.dotted.rsplit(".", 1)[-1]
+        if last == "partial" and args:
+            fn = args[0].single()
+            if fn is not None:
+                return self.dom.const(Partial(fn, tuple(args[1:]), tuple(sorted(kwargs.items()))))
+            return self.dom.OPAQUE
+        if last in ("lru_cache", "cache", "wraps", "cached_property"):
+            if args and last == "cache":
+                return args[0]
+            return self.dom.const(_Identity(last))
+        if last in self.rules.cap_tuple or last in self.rules.cap_sm or last in self.rules.cap_props:
+            return self._cap_source(last, self.dom.const(f))
+        return self.dom.OPAQUE
+
+    def _call_method_of(self, m: _MethodOf, args: list[AV]) -> AV:
+        obj, name = m.obj, m.name
+        if isinstance(obj, FrozenDict) and name == "get" and args:
+            default = args[1] if len(args) > 1 else self.dom.NONE
+            return self.dom.map2(args[0], default, lambda k, d: obj.get(k, d))
+        if isinstance(obj, FrozenDict) and name in ("keys", "values", "items"):
+            return self.dom.const(tuple({"keys": [k for k, _ in obj.items], "values": [v for _, v in obj.items],
+                                         "items": list(obj.items)}[name]))
+        if isinstance(obj, str) and name in ("split", "startswith", "endswith", "lower", "upper", "strip", "replace", "format", "join"):
+            vals = [a.single() for a in args]
+            if any(v is None and a.single() is None for v, a in zip(vals, args)):
+                return self.dom.OPAQUE
+            try:
+                r = getattr(obj, name)(*vals)
+                return self.dom.const(tuple(r) if isinstance(r, list) else r)
+            except Exception:  # noqa: BLE001
+                return self.dom.OPAQUE
+        return self.dom.OPAQUE
+
+    def _call_builtin(self, name: str, args: list[AV], kwargs: dict) -> AV:
+        d = self.dom
+        if name == "getattr" and len(args) >= 2:
+            out_sets = []
+            cache: dict = {}
+            for i in range(self.n):
+                acc = set()
+                for base in args[0].sets[i]:
+                    for attr in args[1].sets[i]:
+                        if not isinstance(attr, str):
+                            acc.add(OPAQUE)
+                            continue
+                        key = (base, attr)
+                        r = cache.get(key)
+                        if r is None:
+                            r = cache[key] = self._getattr(d.const(base), attr, None)
+                        acc |= r.sets[i]
+                out_sets.append(cap(frozenset(acc)))
+            return AV(tuple(out_sets))
+        if name in ("list", "tuple") and args:
+            return d.map1(args[0], lambda v: tuple(v) if isinstance(v, (tuple, frozenset, str)) else _raise())
+        if name in ("list", "tuple") and not args:
+            return d.const(())
+        if name in ("set", "frozenset") and args:
+            return d.map1(args[0], lambda v: frozenset(v) if isinstance(v, (tuple, frozenset)) else _raise())
+        if name == "int" and args:
+            return d.map1(args[0], int)
+        if name == "str" and args:
+            return d.map1(args[0], lambda v: v if isinstance(v, str) else str(v) if isinstance(v, (int, float)) else _raise())
+        if name == "bool" and args:
+            return d.map1(args[0], lambda v: truth(v) if truth(v) is not None else _raise())
+        if name == "len" and args:
+            return d.map1(args[0], lambda v: len(v) if isinstance(v, (tuple, str, frozenset, FrozenDict)) else _raise())
+        if name == "sorted" and args:
+            return d.map1(args[0], lambda v: tuple(sorted(v)) if isinstance(v, (tuple, frozenset)) else _raise())
+        if name in ("min", "max") and args:
+            fn = min if name == "min" else max
+            if len(args) == 1:
+                return d.map1(args[0], lambda v: fn(v) if isinstance(v, (tuple, frozenset)) else _raise())
+            acc = args[0]
+            for a in args[1:]:
+                acc = d.map2(acc, a, lambda x, y: fn(x, y))
+            return acc
+        if name in ("any", "all") and args:
+            fn = any if name == "any" else all
+            return d.map1(args[0], lambda v: fn(v) if isinstance(v, tuple) else _raise())
+        if name == "abs" and args:
+            return d.map1(args[0], abs)
+        return d.OPAQUE
+
+    def call_function(self, f: FuncRef, args: list[AV], kwargs: dict) -> AV:
+        key = (f, tuple(args), tuple(sorted(kwargs.items(), key=lambda kv: kv[0])))
+        hit = self._memo.get(key)
+        if hit is not None:
+            av, via = hit
+            if via:
+                self._note_all(via)
+            return av
+        mod = self.index.module(f.module)
+        node = mod.functions.get(f.qual) if mod is not None else None
+        if node is None or mod.parsed.shallow:
+            # not found, or in a module whose bytes cannot test the architecture
+            return self.dom.OPAQUE
+        if key in self._in_progress or self._depth >= MAX_DEPTH:
+            return self.dom.OPAQUE
+        self._in_progress.add(key)
+        self._depth += 1
+        self._via_stack.append(set())
+        try:
+            av = self._run_function(mod, f, node, args, kwargs, report=False)
+        except RecursionError:
+            av = self.dom.unres(f"expression too deep in {f.fullname}")
+        finally:
+            self._depth -= 1
+            self._in_progress.discard(key)
+            inner = self._via_stack.pop()
+        via = frozenset()
+        if self.arch_dependent(av):
+            self.arch_functions.add(f.fullname)
+            via = frozenset(inner | {f"inferred {f.fullname}"})
+            self._note_all(via)
+        self._memo[key] = (av, via)
+        return av
+
+    def _run_function(self, mod: ModuleInfo, f: FuncRef, node: N, args: list[AV], kwargs: dict, report: bool) -> AV:
+        env: dict[str, Any] = {}
+        params = node.f["params"]
+        pos = list(args)
+        gframe = Frame(mod, self.globals_of(mod.name) or {}, self.ALL, mod.name, None, False, True)
+        for pname, default, pkind in params:
+            if pkind == "*":
+                env[pname] = self.dom.const(tuple()) if not pos else self.dom.OPAQUE
+                pos = []
+                continue
+            if pkind == "**":
+                env[pname] = self.dom.OPAQUE
+                continue
+            if pos and pkind != "kwonly":
+                env[pname] = pos.pop(0)
+            elif pname in kwargs:
+                env[pname] = kwargs[pname]
+            elif default is not None and "**" not in kwargs:
+                env[pname] = self.eval(default, gframe)
+            else:
+                env[pname] = self.dom.OPAQUE
+        cls = None
+        if "." in f.qual and "<locals>" not in f.qual.rsplit(".", 1)[0]:
+            cls = ClassRef(mod.name, f.qual.rsplit(".", 1)[0])
+        fr = Frame(mod, env, self.ALL, f"{mod.name}.{f.qual}", cls, report=report)
+        self._exec_block(node.f["body"], fr)
+        ret = [cap(r | (self.dom.NONE.sets[0] if m else frozenset())) for r, m in zip(fr.ret, fr.mask)]
+        ret = [r if r else UNKNOWN_SET for r in ret]
+        return AV(tuple(ret))
+
+    def report_function(self, mod: ModuleInfo, qual: str, node: N) -> None:
+        """Evaluate one function in its own context (parameters unknown) and report its gates."""
+        args: list[AV] = []
+        params = node.f["params"]
+        cls = None
+        if "." in qual and "<locals>" not in qual.rsplit(".", 1)[0] and qual.rsplit(".", 1)[0] in mod.classes:
+            cls = ClassRef(mod.name, qual.rsplit(".", 1)[0])
+            decos = [_deco_name(d) for d in node.f.get("decorators") or []]
+            if params and params[0][2] == "" and "staticmethod" not in decos:
+                args.append(self.dom.const(Instance(cls) if "classmethod" not in decos else cls))
+        f = FuncRef(mod.name, qual, node.sb)
+        kwargs = {}
+        try:
+            self._run_function(mod, f, node, args, kwargs, report=True)
+        except RecursionError:
+            pass
+
+
+class _CapProps:
+    """torch.cuda.get_device_properties(...) on one GPU: only .major and .minor are known."""
+
+    __slots__ = ("major", "minor")
+
+    def __init__(self, major: int, minor: int):
+        self.major, self.minor = major, minor
+
+    def __eq__(self, o):
+        return isinstance(o, _CapProps) and (self.major, self.minor) == (o.major, o.minor)
+
+    def __hash__(self):
+        return hash(("props", self.major, self.minor))
+
+
+def _is_exit(last: N, test: N) -> bool:
+    """Does a branch ending in `last` leave the function as a refusal, so that the code after the
+    `if` is what the gate guards? raise/continue/break do; `return` does when it returns nothing,
+    None or False, or when the test is negated (`if not supported: return fallback`)."""
+    if last.k in ("raise", "continue", "break"):
+        return True
+    if last.k != "return":
+        return False
+    v = last.f["value"]
+    if v is None or (v.k == "const" and v.f["value"] in (None, False)):
+        return True
+    return test.k == "not"
+
+
+def _deco_name(d: N) -> str:
+    while d.k == "call":
+        d = d.f["func"]
+    if d.k == "attr":
+        return d.f["attr"]
+    if d.k == "name":
+        return d.f["id"]
+    return ""
+
+
+def _raise():
+    raise TypeError
+
+
+def _not(x):
+    t = truth(x)
+    if t is None:
+        return OPAQUE
+    return not t
+
+
+def _index(v, i):
+    if isinstance(v, tuple):
+        return v[i]
+    if isinstance(v, _CapProps):
+        raise TypeError
+    raise TypeError
+
+
+def _subscript(v, i):
+    if isinstance(v, FrozenDict):
+        r = v.get(i, _MISSING)
+        if r is _MISSING:
+            raise KeyError
+        return r
+    if isinstance(v, (tuple, str)) and isinstance(i, int):
+        return v[i]
+    raise TypeError
+
+
+_MISSING = object()
+
+
+def _contains(a, b):
+    if isinstance(b, (tuple, frozenset, str, FrozenDict)):
+        return a in b
+    raise TypeError
+
+
+_CMP: dict[str, Callable[[Any, Any], Any]] = {
+    "==": lambda a, b: _eq(a, b),
+    "!=": lambda a, b: not _eq(a, b),
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+    "in": _contains,
+    "not in": lambda a, b: not _contains(a, b),
+    "is": lambda a, b: a is b if (a is None or b is None or isinstance(a, bool)) else _raise(),
+    "is not": lambda a, b: a is not b if (a is None or b is None or isinstance(a, bool)) else _raise(),
+}
+
+
+def _eq(a, b):
+    prim = (int, float, str, tuple, frozenset, type(None), bool)
+    if isinstance(a, prim) and isinstance(b, prim):
+        return a == b
+    raise TypeError
+
+
+def _add(a, b):
+    if isinstance(a, ArchFlags):
+        return a
+    if isinstance(b, ArchFlags):
+        return b
+    if isinstance(a, (int, float, str, tuple)) and type(a) is type(b) or (isinstance(a, (int, float)) and isinstance(b, (int, float))):
+        return a + b
+    raise TypeError
+
+
+_BINOPS: dict[str, Callable[[Any, Any], Any]] = {
+    "+": _add,
+    "-": lambda a, b: a - b if isinstance(a, (int, float)) and isinstance(b, (int, float)) else _raise(),
+    "*": lambda a, b: a * b if isinstance(a, (int, float)) and isinstance(b, (int, float)) else _raise(),
+    "//": lambda a, b: a // b if isinstance(a, int) and isinstance(b, int) else _raise(),
+    "/": lambda a, b: a / b if isinstance(a, (int, float)) and isinstance(b, (int, float)) else _raise(),
+    "%": lambda a, b: a % b if isinstance(a, int) and isinstance(b, int) else _raise(),
+    "|": lambda a, b: a | b if isinstance(a, (frozenset, int)) and type(a) is type(b) else _raise(),
+    "&": lambda a, b: a & b if isinstance(a, (frozenset, int)) and type(a) is type(b) else _raise(),
+}

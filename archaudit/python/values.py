@@ -1,0 +1,299 @@
+"""The value domain of the gate evaluator.
+
+Every expression is evaluated *pointwise over the GPU targets*: an abstract value (AV) holds, for
+each GPU of rules/targets.toml, the set of concrete values the expression may take on that GPU.
+`get_device_capability()` is (9, 0) on sm_90 and (12, 0) on sm_120, so `major in (9, 10)` simply
+evaluates to True on some GPUs and False on others; the set of GPUs where a condition may be
+true is the set it admits. Values that come from the environment (CUDA version, env vars,
+unknown library calls) are OPAQUE; values that may depend on the GPU but could not be followed
+are Unres(reason).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+
+class _Opaque:
+    """Unknown, but not dependent on the GPU (environment, configuration, unknown library)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "OPAQUE"
+
+    def __reduce__(self):
+        return (_opaque, ())
+
+
+def _opaque():
+    return OPAQUE
+
+
+OPAQUE = _Opaque.__new__(_Opaque)
+
+
+@dataclass(frozen=True)
+class Unres:
+    """Unknown, and possibly dependent on the GPU: the analysis could not follow it."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class FuncRef:
+    module: str
+    qual: str  # qualified name inside the module, e.g. "PlatformContext.__getattr__"
+    key: int  # identity of the definition (start byte), distinguishes redefinitions
+
+    @property
+    def fullname(self) -> str:
+        return f"{self.module}.{self.qual}"
+
+
+@dataclass(frozen=True)
+class ClassRef:
+    module: str
+    qual: str
+
+    @property
+    def fullname(self) -> str:
+        return f"{self.module}.{self.qual}"
+
+
+@dataclass(frozen=True)
+class ModuleRef:
+    name: str
+
+
+@dataclass(frozen=True)
+class ExtRef:
+    """A name from outside the scanned code, e.g. torch.cuda.get_device_capability."""
+
+    dotted: str
+
+
+@dataclass(frozen=True)
+class Instance:
+    cls: ClassRef
+
+
+@dataclass(frozen=True)
+class BoundMethod:
+    func: FuncRef
+    self_value: Any
+
+
+@dataclass(frozen=True)
+class Partial:
+    func: Any
+    args: tuple  # of AV
+    kwargs: tuple  # of (name, AV)
+
+
+@dataclass(frozen=True)
+class ArchFlags:
+    """nvcc flags whose target list depends on the GPU: get_nvcc_flags_list(supported_major_versions=...)."""
+
+    admits: frozenset
+
+
+class FrozenDict:
+    __slots__ = ("items", "_h")
+
+    def __init__(self, items: tuple):
+        self.items = items
+        self._h = None
+
+    def get(self, k, default=None):
+        for kk, v in self.items:
+            if kk == k:
+                return v
+        return default
+
+    def __contains__(self, k) -> bool:
+        return any(kk == k for kk, _ in self.items)
+
+    def __eq__(self, o) -> bool:
+        return isinstance(o, FrozenDict) and self.items == o.items
+
+    def __hash__(self) -> int:
+        if self._h is None:
+            self._h = hash(self.items)
+        return self._h
+
+    def __bool__(self) -> bool:
+        return bool(self.items)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __repr__(self) -> str:
+        return f"FrozenDict({dict(self.items)!r})"
+
+
+MAX_POSSIBILITIES = 12
+UNKNOWN_SET = frozenset((OPAQUE,))
+
+
+def cap(s: frozenset) -> frozenset:
+    if len(s) > MAX_POSSIBILITIES:
+        unres = [v for v in s if isinstance(v, Unres)]
+        return frozenset(unres[:1]) | UNKNOWN_SET
+    return s
+
+
+class AV:
+    """Per-GPU sets of possible values. `sets[i]` belongs to the i-th GPU of the registry."""
+
+    __slots__ = ("sets", "_h")
+
+    def __init__(self, sets: tuple):
+        self.sets = sets
+        self._h = None
+
+    def __eq__(self, o) -> bool:
+        return isinstance(o, AV) and self.sets == o.sets
+
+    def __hash__(self) -> int:
+        if self._h is None:
+            self._h = hash(self.sets)
+        return self._h
+
+    def __repr__(self) -> str:
+        return f"AV({self.sets!r})"
+
+    @property
+    def uniform(self) -> bool:
+        s0 = self.sets[0]
+        return all(s is s0 or s == s0 for s in self.sets)
+
+    def values(self) -> frozenset:
+        out: frozenset = frozenset()
+        for s in self.sets:
+            out |= s
+        return out
+
+    def single(self):
+        """The one concrete value this AV has on every GPU, or None."""
+        if self.uniform and len(self.sets[0]) == 1:
+            (v,) = self.sets[0]
+            return v
+        return None
+
+
+class Domain:
+    """Factory for AVs over a fixed number of GPUs."""
+
+    def __init__(self, n: int):
+        self.n = n
+        self.OPAQUE = AV((UNKNOWN_SET,) * n)
+        self.NONE = self.const(None)
+
+    def const(self, v) -> AV:
+        s = frozenset((v,))
+        return AV((s,) * self.n)
+
+    def unres(self, reason: str) -> AV:
+        s = frozenset((Unres(reason),))
+        return AV((s,) * self.n)
+
+    def per(self, values: list) -> AV:
+        return AV(tuple(frozenset((v,)) for v in values))
+
+    def map1(self, av: AV, f: Callable[[Any], Any]) -> AV:
+        """Apply f to each possibility; OPAQUE/Unres pass through unchanged."""
+        cache: dict = {}
+        out = []
+        for s in av.sets:
+            r = cache.get(s)
+            if r is None:
+                acc = set()
+                for v in s:
+                    if v is OPAQUE or isinstance(v, Unres):
+                        acc.add(v)
+                    else:
+                        acc.add(_safe(f, v))
+                r = cache[s] = cap(frozenset(acc))
+            out.append(r)
+        return AV(tuple(out))
+
+    def map2(self, a: AV, b: AV, f: Callable[[Any, Any], Any]) -> AV:
+        cache: dict = {}
+        out = []
+        for sa, sb in zip(a.sets, b.sets):
+            key = (sa, sb)
+            r = cache.get(key)
+            if r is None:
+                acc = set()
+                for x in sa:
+                    for y in sb:
+                        if isinstance(x, Unres):
+                            acc.add(x)
+                        elif isinstance(y, Unres):
+                            acc.add(y)
+                        elif x is OPAQUE or y is OPAQUE:
+                            acc.add(OPAQUE)
+                        else:
+                            acc.add(_safe2(f, x, y))
+                r = cache[key] = cap(frozenset(acc))
+            out.append(r)
+        return AV(tuple(out))
+
+    def union(self, a: AV, b: AV) -> AV:
+        if a is b:
+            return a
+        return AV(tuple(cap(x | y) for x, y in zip(a.sets, b.sets)))
+
+
+def _safe(f, v):
+    try:
+        return f(v)
+    except Exception:  # noqa: BLE001 - evaluating untrusted constants must never raise
+        return OPAQUE
+
+
+def _safe2(f, x, y):
+    try:
+        return f(x, y)
+    except Exception:  # noqa: BLE001
+        return OPAQUE
+
+
+def truth(v) -> bool | None:
+    """Truthiness of one possibility: True, False, or None when unknown."""
+    if v is OPAQUE or isinstance(v, Unres):
+        return None
+    if isinstance(v, (FuncRef, ClassRef, ModuleRef, ExtRef, Instance, BoundMethod, Partial, ArchFlags)):
+        return True
+    try:
+        return bool(v)
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def may_true(s: frozenset) -> bool:
+    """May this possibility set be truthy? Concrete possibilities win over OPAQUE ones:
+    an environment override merged with an architecture test does not hide the test."""
+    concrete = [truth(v) for v in s if v is not OPAQUE]
+    concrete_known = [t for t in concrete if t is not None]
+    if concrete_known:
+        return any(concrete_known) or (len(concrete_known) < len(concrete))
+    return True
+
+
+def may_false(s: frozenset) -> bool:
+    concrete = [truth(v) for v in s if v is not OPAQUE]
+    concrete_known = [t for t in concrete if t is not None]
+    if concrete_known:
+        return (not all(concrete_known)) or (len(concrete_known) < len(concrete))
+    return True
+
+
+def has_unres(av: AV) -> list[str]:
+    out = []
+    for s in av.sets:
+        for v in s:
+            if isinstance(v, Unres) and v.reason not in out:
+                out.append(v.reason)
+    return out

@@ -1,0 +1,47 @@
+"""JSON output: a documented, versioned object (see README "JSON schema"). Pure function of a scan."""
+from __future__ import annotations
+
+import json
+
+from .. import __version__
+from ..model import Gate
+from ..targets import Registry
+
+SCHEMA_VERSION = 1
+
+
+def gate_to_json(g: Gate, reg: Registry, targets) -> dict:
+    d = {
+        "path": g.path,
+        "line": g.line,
+        "col": g.col,
+        "function": g.function,
+        "kind": g.kind,
+        "expr": g.expr,
+        "admits": reg.sort_names(g.admits),
+        "resolution": g.resolution,
+        "resolved": g.resolved,
+        "package": g.package,
+        "region": g.region,
+        "via": list(g.via),
+    }
+    if targets:
+        d["admits_target"] = {t.gpu.name: t.gpu.name in g.admits for t in targets}
+    return d
+
+
+def to_json(result, reg: Registry) -> str:
+    obj = {
+        "schema_version": SCHEMA_VERSION,
+        "tool": {"name": "archaudit", "version": __version__},
+        "root": result.root,
+        "targets": [t.gpu.name for t in result.targets],
+        "packages": [
+            {"name": d.name, "version": d.version, "top_level": list(d.top_level)}
+            for d in sorted(result.packages, key=lambda d: d.name.lower())
+        ],
+        "gates": [gate_to_json(g, reg, result.targets) for g in result.gates],
+        "diagnostics": [d.to_json() for d in result.diagnostics],
+        "stats": {k: v for k, v in result.stats.items() if k != "seconds"},
+    }
+    return json.dumps(obj, indent=2, sort_keys=False) + "\n"

@@ -1,0 +1,63 @@
+"""Human-readable output: a rich table (default) or plain text lines. Pure functions of a scan."""
+from __future__ import annotations
+
+from collections import Counter
+
+from rich.console import Console
+from rich.table import Table
+
+from ..targets import Registry
+
+
+def _admits(reg: Registry, admits) -> str:
+    names = reg.sort_names(admits)
+    if not names:
+        return "(none)"
+    if frozenset(names) == reg.all:
+        return "(all)"
+    return " ".join(n.replace("sm_", "") for n in names)
+
+
+def render_table(result, reg: Registry, console: Console) -> None:
+    pk = ", ".join(f"{d.name} {d.version}" for d in sorted(result.packages, key=lambda d: d.name.lower()))
+    console.print(f"[bold]archaudit[/bold] {result.root}" + (f"  ({pk})" if pk else ""))
+    table = Table(show_lines=False, header_style="bold")
+    table.add_column("location", overflow="fold")
+    table.add_column("kind")
+    table.add_column("expression", overflow="fold", max_width=60)
+    table.add_column("admits (sm_)", overflow="fold")
+    for t in result.targets:
+        table.add_column(t.gpu.name)
+    table.add_column("resolution", overflow="fold", max_width=40)
+    for g in result.gates:
+        row = [f"{g.path}:{g.line}", g.kind, g.expr, _admits(reg, g.admits)]
+        for t in result.targets:
+            row.append("[green]yes[/green]" if t.gpu.name in g.admits else "[red]no[/red]")
+        row.append(g.resolution.split(":", 1)[0] if g.resolved else f"[yellow]{g.resolution}[/yellow]")
+        table.add_row(*row)
+    console.print(table)
+    console.print(summary_line(result))
+    if result.diagnostics:
+        console.print(f"{len(result.diagnostics)} diagnostics (files that could not be read fully); --format json lists them")
+
+
+def summary_line(result) -> str:
+    kinds = Counter(g.resolution.split(":", 1)[0] for g in result.gates)
+    parts = ", ".join(f"{v} {k}" for k, v in sorted(kinds.items()))
+    return f"{len(result.gates)} gates ({parts}) in {result.stats.get('seconds', 0)} s"
+
+
+def render_text(result, reg: Registry) -> str:
+    lines = []
+    for g in result.gates:
+        extra = ""
+        for t in result.targets:
+            extra += f" {t.gpu.name}={'yes' if t.gpu.name in g.admits else 'no'}"
+        lines.append(
+            f"{g.path}:{g.line}:{g.col}: {g.kind}: {g.expr} admits [{' '.join(reg.sort_names(g.admits))}]{extra} ({g.resolution})"
+        )
+    for d in result.diagnostics:
+        loc = f"{d.path}:{d.line}" if d.line else d.path
+        lines.append(f"{loc}: {d.severity}: {d.kind}: {d.message}")
+    lines.append(summary_line(result))
+    return "\n".join(lines) + "\n"

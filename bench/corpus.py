@@ -1,0 +1,90 @@
+"""The pinned real packages archaudit is tested and measured on.
+
+Downloads wheels with `pip download --no-deps` into a cache and unpacks each set once into a
+site-packages-like directory. Used by the end-to-end tests, the demo and the benchmarks.
+Nothing here imports or runs the downloaded code.
+
+    python bench/corpus.py fi072            # prints the site-packages path
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+CORPORA: dict[str, list[str]] = {
+    # the main pair of the issues
+    "fi072": ["flashinfer-python==0.7.2.post1", "sglang==0.5.23"],
+    # the seed case: comm.py still passes supported_major_versions=[9, 10]
+    "fi0615": ["flashinfer-python==0.6.15.post1", "sglang==0.5.17"],
+}
+# sglang ships a binary wheel per Python; ask for one fixed platform so any interpreter gets the same files
+PIP_PLATFORM = ["--python-version", "3.11", "--platform", "manylinux_2_34_x86_64", "--only-binary=:all:"]
+
+
+def cache_root() -> Path:
+    env = os.environ.get("ARCHAUDIT_CORPUS_DIR")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "archaudit-corpus"
+
+
+def wheel_for(spec: str, wheels: Path) -> Path | None:
+    name, version = spec.split("==")
+    stem = name.replace("-", "_").lower()
+    for w in sorted(wheels.glob("*.whl")):
+        parts = w.name.split("-")
+        if parts[0].lower() == stem and parts[1] == version:
+            return w
+    return None
+
+
+def download(spec: str, wheels: Path) -> Path:
+    w = wheel_for(spec, wheels)
+    if w is not None:
+        return w
+    wheels.mkdir(parents=True, exist_ok=True)
+    print(f"downloading {spec} ...", file=sys.stderr)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(wheels), *PIP_PLATFORM, spec],
+        check=True,
+    )
+    w = wheel_for(spec, wheels)
+    if w is None:
+        raise RuntimeError(f"pip download of {spec} produced no wheel in {wheels}")
+    return w
+
+
+def site_packages(name: str) -> Path:
+    """The unpacked site-packages directory of a corpus, downloading and unpacking it if needed."""
+    specs = CORPORA[name]
+    root = cache_root()
+    target = root / "site-packages" / name
+    marker = target / ".archaudit-corpus-complete"
+    if marker.exists():
+        return target
+    wheels = [download(s, root / "wheels") for s in specs]
+    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+    for w in wheels:
+        with zipfile.ZipFile(w) as zf:
+            zf.extractall(tmp)
+    (tmp / ".archaudit-corpus-complete").write_text("\n".join(specs) + "\n")
+    if target.exists():  # a concurrent run finished first
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+        return target
+    tmp.rename(target)
+    return target
+
+
+def wheel_path(spec: str) -> Path:
+    return download(spec, cache_root() / "wheels")
+
+
+if __name__ == "__main__":
+    for n in sys.argv[1:] or ["fi072"]:
+        print(site_packages(n))
