@@ -142,15 +142,17 @@ def rules_by_id() -> dict:
     return {r.id: r for r in _rules()}
 
 
-_ident_memo: dict[str, tuple[str, ...]] = {}
-
-
-def _ident_rules(ident: str) -> tuple[str, ...]:
-    hit = _ident_memo.get(ident)
-    if hit is None:
-        hit = tuple(r.id for r in _rules() if r.kind != "ptx" and r.pattern.search(ident))
-        _ident_memo[ident] = hit
-    return hit
+@lru_cache(maxsize=None)
+def _anchor(pattern: str) -> str | None:
+    """A literal every match must contain (for a quick `in` test), or None."""
+    if "|" in pattern.replace("\\|", ""):
+        return None
+    best = ""
+    for lit in re.findall(r"(?<!\\)((?:[A-Za-z0-9_]|\\[.:])+)", re.sub(r"\\[bBdDsSwW]|\[[^\]]*\]|\{[^}]*\}|\(\?[:!=<]*", " ", pattern)):
+        lit = lit.replace("\\", "")
+        if len(lit) > len(best):
+            best = lit
+    return best if len(best) >= 4 else None
 
 
 def ptx_hits(text: str) -> list[tuple[str, int, str]]:
@@ -370,20 +372,21 @@ def extract(path: str, data: bytes | str) -> FileFacts:
         traps.append(TrapSite(line, prog.region_of(m.start()), top_at(m.start()), kind, text[:160]))
         trap_offs.append(m.start())
 
-    # identifiers matching intrinsic/atom rules
+    # intrinsic/atom rules, matched against the code (comments and literals blanked)
     idents: list[IdentHit] = []
-    distinct = set(findall(body))
-    matched = {w: _ident_rules(w) for w in distinct}
-    matched = {w: r for w, r in matched.items() if r}
-    if matched:
-        names_re = re.compile(r"\b(?:" + "|".join(sorted(map(re.escape, matched), key=len, reverse=True)) + r")\b")
-        for m in names_re.finditer(body):
-            w = m.group()
+    for r in _rules():
+        if r.kind == "ptx":
+            continue
+        anchor = _anchor(r.pattern.pattern)
+        if anchor and anchor not in body:
+            continue
+        for m in r.pattern.finditer(body):
+            text = m.group().strip()
             top = top_at(m.start())
-            if top >= 0 and st.owners[top].name == w:
-                continue  # the definition of the atom itself, or its own members
-            for rule_id in matched[w]:
-                idents.append(IdentHit(sc.line_of(m.start()), prog.region_of(m.start()), top, rule_id, w))
+            last = re.findall(r"[A-Za-z_]\w*", text)
+            if top >= 0 and last and st.owners[top].name in last:
+                continue  # the atom's own definition and members
+            idents.append(IdentHit(sc.line_of(m.start()), prog.region_of(m.start()), top, r.id, text[:120]))
 
     # kernels (and functions whose head has a kernel-ish macro such as CUTLASS_GLOBAL, which the
     # TU's macro table decides)

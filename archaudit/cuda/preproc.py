@@ -238,6 +238,13 @@ def tokenize(text: str) -> tuple[str, ...]:
 _SIMPLE_DEFINED = re.compile(r"\s*(!)?\s*defined\s*\(?\s*([A-Za-z_]\w*)\s*\)?\s*$")
 
 
+@lru_cache(maxsize=65536)
+def _simple_defined(text: str):
+    """(negated, name) for `defined X` / `!defined(X)`, else None."""
+    m = _SIMPLE_DEFINED.match(text)
+    return (bool(m.group(1)), m.group(2)) if m else None
+
+
 class _Val:
     """An already evaluated operand inside a token list (from defined(), or an unknown macro)."""
 
@@ -512,6 +519,10 @@ _EXTERNAL_OWNED = re.compile(
 )
 
 
+def _mkey(m: "Macro | None"):
+    return None if m is None else (m.params, m.body, m.certain, m.tainted)
+
+
 @dataclass
 class CondRecord:
     path: str
@@ -596,6 +607,7 @@ class Preprocessor:
         defines: dict[str, str | int] | None = None,
         target_name: str = "host",
         arch_names: "ArchNames | frozenset[str]" = frozenset(),
+        eval_cache: dict | None = None,
     ):
         self.resolver = resolver
         self.programs = programs
@@ -613,6 +625,8 @@ class Preprocessor:
         self.macros.update(macros_from_defines(defines))
         self.shadow: set[str] = set()  # names #defined/#undef'd in skipped arch-dependent regions
         self.pkg_names: set[str] = set()  # names #defined by the package files walked so far
+        self._reads: dict[str, Macro | None] = {}
+        self._eval_cache: dict[str, list] = eval_cache if eval_cache is not None else {}
         self.res = PreprocResult(target_name)
         self._once: dict[str, bool | None] = {}  # path -> best state it was included with
         self._stack: list[str] = []
@@ -642,6 +656,7 @@ class Preprocessor:
         work = deque((t, hide) if isinstance(t, str) else (t, hide) for t in toks)
         out: list = []
         macros = self.macros
+        reads = self._reads
         steps = 0
         while work:
             steps += 1
@@ -674,6 +689,7 @@ class Preprocessor:
                 out.append(t)
                 continue
             m = macros.get(t)
+            reads[t] = m
             if m is None or t in hs:
                 if t == "true":
                     out.append(_Val(1))
@@ -821,6 +837,7 @@ class Preprocessor:
                 out.append(t)
                 continue
             m = macros.get(t)
+            self._reads[t] = m
             if m is None or t in hs or not m.certain:
                 out.append(t)
                 continue
@@ -847,6 +864,7 @@ class Preprocessor:
         if name in self.arch_defined or name in self.shadow or _ARCH_FAMILY.match(name):
             self._taint = True  # defined for some targets and not for others
         m = self.macros.get(name)
+        self._reads[name] = m
         if m is not None:
             # a predefined macro's taint is about its value; its definedness is arch_defined's
             if m.tainted and m.where != ("<nvcc>", 0):
@@ -874,7 +892,47 @@ class Preprocessor:
         return None
 
     def evaluate(self, text: str) -> tuple[bool | None, bool]:
-        """(value, tainted) of an #if expression under the current macro table."""
+        """(value, tainted) of an #if expression under the current macro table.
+
+        Results are cached by text together with every macro the evaluation looked up (and the
+        policy answer for names that were undefined): a later evaluation with the same lookups
+        gives the same answer, which makes the thousands of repeated library conditions cheap."""
+        simple = _simple_defined(text)
+        if simple is not None:
+            self._taint = False
+            v = self._defined(simple[1])
+            if v is None:
+                return None, self._taint
+            return (not v) if simple[0] else bool(v), self._taint
+        entries = self._eval_cache.get(text)
+        if entries is not None:
+            for reads, result in entries:
+                if self._reads_valid(reads):
+                    self._taint = result[1]
+                    if result[2]:
+                        for n, c in result[2].items():
+                            self.res.unknown_names[n] = self.res.unknown_names.get(n, 0) + c
+                    return result[0], result[1]
+        self._reads = {}
+        before = dict(self.res.unknown_names) if self.res.unknown_names else {}
+        val, taint = self._evaluate(text)
+        unk = {n: c - before.get(n, 0) for n, c in self.res.unknown_names.items() if c != before.get(n, 0)}
+        reads = tuple((n, _mkey(m), (n in self.shadow), (self.undefined_policy(n) if m is None else 0)) for n, m in self._reads.items())
+        self._eval_cache.setdefault(text, []).append((reads, (val, taint, unk)))
+        return val, taint
+
+    def _reads_valid(self, reads) -> bool:
+        macros = self.macros
+        shadow = self.shadow
+        for n, key, sh, pol in reads:
+            m = macros.get(n)
+            if _mkey(m) != key or (n in shadow) != sh:
+                return False
+            if m is None and self.undefined_policy(n) != pol:
+                return False
+        return True
+
+    def _evaluate(self, text: str) -> tuple[bool | None, bool]:
         self._taint = False
         m = _SIMPLE_DEFINED.match(text)
         if m:

@@ -178,6 +178,7 @@ class CudaProject:
         self._facts: dict[str, F.FileFacts | None] = {}
         self._by_owner: dict[str, dict[int, list[tuple[int, frozenset]]]] = {}
         self._names: dict[str, dict[str, list[int]]] = {}
+        self._eval_cache: dict = {}  # #if text -> [(macro lookups, result)], shared by all walks
 
     # -- roots
     @classmethod
@@ -230,7 +231,7 @@ class CudaProject:
     def preprocess(self, relpath: str, target: CompileTarget | None) -> tuple[PreprocResult, Preprocessor]:
         pre, fn, arch = pass_macros(target)
         pp = Preprocessor(self.resolver, self.program, pre, fn, self.defines,
-                          target.name if target is not None else "host", arch)
+                          target.name if target is not None else "host", arch, self._eval_cache)
         return pp.run(relpath), pp
 
     # -- analysis
