@@ -136,12 +136,14 @@ class IncludeResolver:
             cand = join(self.roots[i].path, spelled)
             if not cand.startswith("..") and self.reader.exists(cand):
                 return Resolution(spelled, angled, cand, "file", i)
-        if is_external_header(spelled):
-            return Resolution(spelled, angled, None, "external")
+        # a directory of the package that ships the header (CCCL's cub/, thrust/) wins over the
+        # toolkit's copy, as the JIT's -I order makes it
         root = self._suffix_root(spelled)
         if root is not None:
             self.add_root(root)
             return Resolution(spelled, angled, join(root.path, spelled), "file", len(self.roots) - 1)
+        if is_external_header(spelled):
+            return Resolution(spelled, angled, None, "external")
         return Resolution(spelled, angled, None, "unresolved")
 
     def _suffix_root(self, spelled: str) -> IncludeRoot | None:

@@ -1,0 +1,84 @@
+"""Include roots and resolution (archaudit.cuda.includes)."""
+from __future__ import annotations
+
+from archaudit.cuda.includes import IncludeResolver, discover_include_roots, is_external_header, roots_from_python
+from archaudit.cuda.tu import FsReader
+
+ENV_PY = '''
+import pathlib
+_package_root: pathlib.Path = pathlib.Path(__file__).resolve().parents[1]
+DATA = _package_root / "data"
+INCLUDE_DIR = _package_root / "data" / "include"
+CSRC = _package_root / "data" / "csrc"
+LIB_DIRS = [_package_root / "data" / "lib" / "include"]
+# OLD = _package_root / "data" / "old"
+'''
+
+
+def make_pkg(tmp_path):
+    root = tmp_path / "site"
+    for rel, text in {
+        "pkg/__init__.py": "",
+        "pkg/jit/env.py": ENV_PY,
+        "pkg/data/include/pkg/a.cuh": '#include "pkg/b.cuh"\n#include <lib/core.h>\n',
+        "pkg/data/include/pkg/b.cuh": "",
+        "pkg/data/csrc/k.cu": '#include "pkg/a.cuh"\n#include "local.h"\n#include <vector>\n#include "nowhere.h"\n',
+        "pkg/data/csrc/local.h": "",
+        "pkg/data/lib/include/lib/core.h": "",
+        "pkg/data/vendor/tree/cub/cub.cuh": "",
+    }.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    return root
+
+
+def test_roots_from_jit_python_text():
+    assert roots_from_python("pkg/jit/env.py", ENV_PY) == [
+        "pkg/data", "pkg/data/include", "pkg/data/csrc", "pkg/data/lib/include",
+    ]
+
+
+def test_discovery_orders_and_marks_vendored(tmp_path):
+    root = make_pkg(tmp_path)
+    r = FsReader(str(root))
+    roots = discover_include_roots(r.files("pkg"), r, "pkg")
+    assert [(x.path, x.vendored, x.origin) for x in roots] == [
+        ("pkg/data/include", False, "jit-env"),
+        ("pkg/data/csrc", False, "jit-env"),
+        ("pkg/data/lib/include", True, "jit-env"),
+    ]
+
+
+def test_resolution_kinds(tmp_path):
+    root = make_pkg(tmp_path)
+    r = FsReader(str(root))
+    files = r.files("pkg")
+    res = IncludeResolver(r, discover_include_roots(files, r, "pkg"), files)
+    assert res.resolve("pkg/a.cuh", False, "pkg/data/csrc/k.cu").path == "pkg/data/include/pkg/a.cuh"
+    assert res.resolve("local.h", False, "pkg/data/csrc/k.cu").path == "pkg/data/csrc/local.h"
+    assert res.resolve("b.cuh", False, "pkg/data/include/pkg/a.cuh").path == "pkg/data/include/pkg/b.cuh"
+    assert res.resolve("b.cuh", True, "pkg/data/include/pkg/a.cuh").kind == "unresolved"  # <> skips the includer's dir
+    assert res.resolve("vector", True, "pkg/data/csrc/k.cu").kind == "external"
+    assert res.resolve("nowhere.h", False, "pkg/data/csrc/k.cu").kind == "unresolved"
+    # a prefix directory found from the one file that ends with the spelled path
+    got = res.resolve("cub/cub.cuh", True, "pkg/data/csrc/k.cu")
+    assert (got.kind, got.path) == ("file", "pkg/data/vendor/tree/cub/cub.cuh")
+    assert res.roots[-1].origin == "suffix"
+
+
+def test_external_header_names():
+    for h in ("cuda_runtime.h", "cuda_fp8.h", "vector", "torch/extension.h", "tvm/ffi/function.h", "cuda/std/atomic"):
+        assert is_external_header(h), h
+    assert not is_external_header("flashinfer/utils.cuh")
+
+
+def test_inactive_includes_are_not_followed(tmp_path):
+    from archaudit.cuda import ruleset
+    from archaudit.cuda.tu import CudaProject
+
+    (tmp_path / "hopper.cuh").write_text('asm("x");\n')
+    (tmp_path / "t.cu").write_text('#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900\n#include "hopper.cuh"\n#endif\n')
+    proj = CudaProject(FsReader(str(tmp_path)), [""])
+    assert proj.analyse_tu("t.cu", ruleset.target_by_name("sm_90a")).closure == ["t.cu", "hopper.cuh"]
+    assert proj.analyse_tu("t.cu", ruleset.target_by_name("sm_120f")).closure == ["t.cu"]
