@@ -60,7 +60,7 @@ def verify_cmd(rule_ids, target_names, no_macros, no_targets, include_dirs, jobs
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from .cuda.ruleset import RuleError
-    from .rules_verify import ToolchainMissing, default_cache_dir, verify
+    from .rules_verify import ToolchainMissing, UnknownName, default_cache_dir, verify
 
     err = Console(stderr=True)
     includes = tuple(include_dirs) or _default_include()
@@ -95,10 +95,7 @@ def verify_cmd(rule_ids, target_names, no_macros, no_targets, include_dirs, jobs
     except ToolchainMissing as e:
         err.print(f"[red]error:[/] {e}")
         sys.exit(EXIT_USAGE)
-    except KeyError as e:
-        err.print(f"[red]error:[/] unknown rule or target: {e.args[0]}")
-        sys.exit(EXIT_USAGE)
-    except (RuleError, OSError, ValueError) as e:
+    except (UnknownName, RuleError, OSError) as e:
         err.print(f"[red]error:[/] {e}")
         sys.exit(EXIT_USAGE)
 

@@ -42,6 +42,10 @@ class ToolchainMissing(RuntimeError):
     pass
 
 
+class UnknownName(ValueError):
+    """A --rule or --target that the rule data does not know."""
+
+
 # --- toolchain ----------------------------------------------------------------------------
 
 
@@ -441,7 +445,7 @@ def verify(
         known = {r.id for r in rules}
         unknown = [w for w in wanted if w not in known]
         if unknown:
-            raise KeyError(", ".join(unknown))
+            raise UnknownName(f"unknown rule(s): {', '.join(unknown)}")
         rules = [r for r in rules if r.id in set(wanted)]
     targets = all_compile_targets()
     if target_names is not None:
@@ -449,7 +453,7 @@ def verify(
         by_name = {t.name: t for t in targets}
         unknown = [w for w in wanted_t if w not in by_name]
         if unknown:
-            raise KeyError(", ".join(unknown))
+            raise UnknownName(f"unknown compile target(s): {', '.join(unknown)}; known: {', '.join(by_name)}")
         targets = [by_name[w] for w in wanted_t]
 
     skipped: dict[str, str] = {}
