@@ -142,6 +142,74 @@ def rules_by_id() -> dict:
     return {r.id: r for r in _rules()}
 
 
+def _matches(pattern: re.Pattern, prefixes, body: str):
+    """pattern.finditer(body), but started only where one of the literal prefixes occurs."""
+    if prefixes is None:
+        yield from pattern.finditer(body)
+        return
+    starts = set()
+    for pf in prefixes:
+        i = body.find(pf)
+        while i >= 0:
+            starts.add(i)
+            i = body.find(pf, i + 1)
+    last_end = -1
+    for i in sorted(starts):
+        if i < last_end:
+            continue
+        m = pattern.match(body, i)
+        if m:
+            last_end = m.end()
+            yield m
+
+
+def _split_top(pattern: str) -> list[str]:
+    out, depth, cur, i = [], 0, [], 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            cur.append(pattern[i : i + 2])
+            i += 2
+            continue
+        if c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        elif c == "[":
+            j = pattern.find("]", i + 1)
+            cur.append(pattern[i : j + 1])
+            i = j + 1
+            continue
+        if c == "|" and depth == 0:
+            out.append("".join(cur))
+            cur = []
+        else:
+            cur.append(c)
+        i += 1
+    out.append("".join(cur))
+    return out
+
+
+@lru_cache(maxsize=None)
+def _literal_prefixes(pattern: str) -> tuple[str, ...] | None:
+    """Literal text each top-level alternative must start with (after `\\b`), or None when an
+    alternative has no literal start of 3+ characters."""
+    out = []
+    for alt in _split_top(pattern):
+        alt = alt[2:] if alt.startswith("\\b") else alt
+        m = re.match(r"((?:[A-Za-z0-9_]|\\[.:]|::)+)", alt)
+        if not m:
+            return None
+        lit = m.group(1).replace("\\", "")
+        # a quantifier right after the literal applies to its last character only
+        if len(alt) > m.end() and alt[m.end()] in "?*{":
+            lit = lit[:-1]
+        if len(lit) < 3:
+            return None
+        out.append(lit)
+    return tuple(out)
+
+
 @lru_cache(maxsize=None)
 def _anchor(pattern: str) -> str | None:
     """A literal every match must contain (for a quick `in` test), or None."""
@@ -184,6 +252,7 @@ _ASM = re.compile(r"\b(?:asm|__asm__|__asm)\b(?:\s*(?:volatile|__volatile__|goto
 _TRAP = re.compile(
     r"\b(__trap|__builtin_trap|CUTLASS_NOT_IMPLEMENTED|CUTE_INVALID_CONTROL_PATH)\s*\("
 )
+_STUBBY = re.compile(r"\b(?:assert|__brkpt|asm|__asm__|return|void|thread0)\b")
 _PRINTF = re.compile(r"\b(?:printf|CUTE_INVALID_CONTROL_PATH|CUTLASS_NOT_IMPLEMENTED)\s*\(")
 _SHARED = re.compile(
     r"(?<!extern)(?<!extern )\b__shared__\s+((?:(?:__align__|alignas)\s*\(\s*\d+\s*\)\s*)?[\w:<>, ]*?)\s*\b([A-Za-z_]\w*)\s*((?:\[[^\]\[;]+\]\s*)+)(?:=[^;]*)?;"
@@ -377,10 +446,13 @@ def extract(path: str, data: bytes | str) -> FileFacts:
     for r in _rules():
         if r.kind == "ptx":
             continue
+        prefixes = _literal_prefixes(r.pattern.pattern)
+        if prefixes is not None and not any(pf in body for pf in prefixes):
+            continue  # a substring test is far cheaper than scanning the file with the regex
         anchor = _anchor(r.pattern.pattern)
         if anchor and anchor not in body:
             continue
-        for m in r.pattern.finditer(body):
+        for m in _matches(r.pattern, prefixes, body):
             text = m.group().strip()
             top = top_at(m.start())
             last = re.findall(r"[A-Za-z_]\w*", text)
@@ -404,7 +476,10 @@ def extract(path: str, data: bytes | str) -> FileFacts:
             lo = bisect_left(trap_offsets, ss)
             has_trap = lo < len(trap_offsets) and trap_offsets[lo] < se
             has_print = bool(_PRINTF.search(seg))
-            real = bool(_strip_stub_code(seg))
+            if has_print or has_trap or _STUBBY.search(seg):
+                real = bool(_strip_stub_code(seg))
+            else:
+                real = bool(seg.strip(" \t\r\n{};"))
             if real or has_trap or has_print:
                 segs.append((rid, real, has_trap, has_print))
         top = st.top_owner_at(o.start)

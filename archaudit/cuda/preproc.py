@@ -1119,11 +1119,13 @@ class Preprocessor:
                 g = self.macros.get(prog.guard)
                 if g is not None and g.certain and g.where and g.where[0] != target:
                     return  # guard macro defined elsewhere: the header is skipped
-            if prog.guard and seen is None and state is True:
-                # included before only under a MAYBE condition: compile it for sure now
-                g = self.macros.get(prog.guard)
-                if g is not None and not g.certain:
-                    del self.macros[prog.guard]
+            if seen is None and state is True:
+                # included before only under a MAYBE condition: compile it for sure now, forgetting
+                # the uncertain definitions that first walk left (the re-walk makes them certain)
+                for name in prog.defines | ({prog.guard} if prog.guard else set()):
+                    g = self.macros.get(name)
+                    if g is not None and not g.certain and g.where and g.where[0] == target:
+                        del self.macros[name]
         if len(self._stack) >= self.MAX_DEPTH:
             res.diagnostics.append(Diagnostic(path, "include-depth", f"include depth limit at {target}", line))
             return

@@ -555,6 +555,9 @@ def _judge(proj: CudaProject, relpath: str, target: CompileTarget, pr: PreprocRe
     elif maybe_blocking:
         res.prediction = "unknown"
         res.reason = unknowns[0]
+        if pr.unresolved_seen:
+            # the unread header is why conditions could not be decided: name it first
+            res.reason = f"cannot resolve #include {pr.unresolved_seen[0]!r}; then {unknowns[0]}"
     elif res.stubs:
         s = res.stubs[0]
         res.prediction = "stub"
