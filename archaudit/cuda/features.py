@@ -229,6 +229,9 @@ def ptx_hits(text: str) -> list[tuple[str, int, str]]:
     for r in _rules():
         if r.kind != "ptx":
             continue
+        pf = _literal_prefixes(r.pattern.pattern)
+        if pf is not None and not any(p in text for p in pf):
+            continue
         m = r.pattern.search(text)
         if m:
             out.append((r.id, m.start(), m.group()))
@@ -476,10 +479,13 @@ def extract(path: str, data: bytes | str) -> FileFacts:
             lo = bisect_left(trap_offsets, ss)
             has_trap = lo < len(trap_offsets) and trap_offsets[lo] < se
             has_print = bool(_PRINTF.search(seg))
-            if has_print or has_trap or _STUBBY.search(seg):
+            stripped = seg.strip(" \t\r\n{};")
+            if len(stripped) > 600:
+                real = True  # fallback stubs are a statement or two; this is real code
+            elif has_print or has_trap or _STUBBY.search(seg):
                 real = bool(_strip_stub_code(seg))
             else:
-                real = bool(seg.strip(" \t\r\n{};"))
+                real = bool(stripped)
             if real or has_trap or has_print:
                 segs.append((rid, real, has_trap, has_print))
         top = st.top_owner_at(o.start)
