@@ -82,3 +82,26 @@ def test_inactive_includes_are_not_followed(tmp_path):
     proj = CudaProject(FsReader(str(tmp_path)), [""])
     assert proj.analyse_tu("t.cu", ruleset.target_by_name("sm_90a")).closure == ["t.cu", "hopper.cuh"]
     assert proj.analyse_tu("t.cu", ruleset.target_by_name("sm_120f")).closure == ["t.cu"]
+
+
+def test_unique_basename_and_extra_roots(tmp_path):
+    from archaudit.cuda import ruleset
+    from archaudit.cuda.tu import CudaProject
+
+    root = make_pkg(tmp_path)
+    (root / "pkg/data/csrc/mod").mkdir(parents=True)
+    (root / "pkg/data/csrc/mod/shim.cuh").write_text("#define SHIM 1\n")
+    (root / "pkg/data/csrc/other").mkdir(parents=True)
+    (root / "pkg/data/csrc/other/t.cu").write_text('#include "shim.cuh"\n#include "dup.h"\n')
+    for d in ("a", "b"):
+        (root / f"pkg/data/csrc/{d}").mkdir(parents=True, exist_ok=True)
+        (root / f"pkg/data/csrc/{d}/dup.h").write_text("")
+    r = FsReader(str(root))
+    files = r.files("pkg")
+    proj = CudaProject(r, discover_include_roots(files, r, "pkg"), files=files)
+    t = ruleset.target_by_name("sm_90a")
+    res = proj.analyse_tu("pkg/data/csrc/other/t.cu", t)
+    assert "pkg/data/csrc/mod/shim.cuh" in res.closure  # the one file with that name
+    assert res.prediction == "unknown" and "dup.h" in res.reason  # two candidates: not guessed
+    res = proj.analyse_tu("pkg/data/csrc/other/t.cu", t, extra_include_roots=["pkg/data/csrc/a"])
+    assert "pkg/data/csrc/a/dup.h" in res.closure and res.prediction == "builds"

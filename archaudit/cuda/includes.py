@@ -95,7 +95,8 @@ class Resolution:
     angled: bool
     path: str | None  # resolved file (relative to the scan root), None if not a package file
     kind: str  # "file" | "external" | "unresolved"
-    root: int = -1  # index of the root it was found in (-1: next to the includer or not found)
+    root: int = -1  # index of the root it was found in (-1: next to the includer or not found;
+    # -2: by a unique file name in the package, i.e. a directory the JIT adds per module)
 
 
 class IncludeResolver:
@@ -105,6 +106,16 @@ class IncludeResolver:
         self._cache: dict[tuple[str, bool, str], Resolution] = {}
         self._files = list(files) if files is not None else None
         self._suffix_index: dict[str, list[str]] | None = None
+        self._by_name: dict[str, list[str]] | None = None
+
+    def with_extra_roots(self, extra: Iterable["IncludeRoot | str"]) -> "IncludeResolver":
+        """A resolver that searches `extra` first (a JIT module's extra include paths), sharing
+        this one's reader and file index."""
+        r = IncludeResolver(self.reader, [as_root(x) for x in extra] + self.roots, None)
+        r._files = self._files
+        r._suffix_index = self._suffix_index
+        r._by_name = self._by_name
+        return r
 
     def add_root(self, root: IncludeRoot) -> None:
         if all(r.path != root.path for r in self.roots):
@@ -144,7 +155,26 @@ class IncludeResolver:
             return Resolution(spelled, angled, join(root.path, spelled), "file", len(self.roots) - 1)
         if is_external_header(spelled):
             return Resolution(spelled, angled, None, "external")
+        if not angled:
+            # A JIT often adds a module's own source directory with -I (flashinfer's
+            # extra_include_paths): a quoted name that exactly one package file carries is that file.
+            unique = self._unique_basename(spelled, includer)
+            if unique is not None:
+                return Resolution(spelled, angled, unique, "file", -2)
         return Resolution(spelled, angled, None, "unresolved")
+
+    def _unique_basename(self, spelled: str, includer: str) -> str | None:
+        if self._files is None or "/" in spelled:
+            return None
+        if self._by_name is None:
+            idx: dict[str, list[str]] = {}
+            for f in self._files:
+                idx.setdefault(posixpath.basename(f), []).append(f)
+            self._by_name = idx
+        # only within the includer's top-level package, so one package never borrows another's file
+        top = includer.split("/")[0]
+        cands = [f for f in self._by_name.get(spelled, ()) if f.split("/")[0] == top]
+        return cands[0] if len(cands) == 1 else None
 
     def _suffix_root(self, spelled: str) -> IncludeRoot | None:
         """The one directory D in the package such that D/spelled exists (multi-component names only)."""

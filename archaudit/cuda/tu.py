@@ -228,19 +228,26 @@ class CudaProject:
         return got
 
     # -- preprocessing
-    def preprocess(self, relpath: str, target: CompileTarget | None) -> tuple[PreprocResult, Preprocessor]:
+    def preprocess(self, relpath: str, target: CompileTarget | None, extra_include_roots=None,
+                   extra_defines: dict[str, str | int] | None = None) -> tuple[PreprocResult, Preprocessor]:
+        """The preprocessor walk of one TU: device pass for `target`, host pass for None."""
         pre, fn, arch = pass_macros(target)
-        pp = Preprocessor(self.resolver, self.program, pre, fn, self.defines,
+        resolver = self.resolver.with_extra_roots(extra_include_roots) if extra_include_roots else self.resolver
+        defines = {**self.defines, **extra_defines} if extra_defines else self.defines
+        pp = Preprocessor(resolver, self.program, pre, fn, defines,
                           target.name if target is not None else "host", arch, self._eval_cache)
         return pp.run(relpath), pp
 
     # -- analysis
-    def analyse_tu(self, relpath: str, target: CompileTarget) -> TuResult:
+    def analyse_tu(self, relpath: str, target: CompileTarget, extra_include_roots=None,
+                   extra_defines: dict[str, str | int] | None = None) -> TuResult:
+        """Judge one TU for one compile target. extra_include_roots / extra_defines: what a JIT
+        module adds for this source (flashinfer's extra_include_paths, -D flags)."""
         relpath = posixpath.normpath(relpath)
         if self.facts(relpath) is None:
             return TuResult(relpath, target.name, "unknown", reason=f"cannot read {relpath}",
                             diagnostics=[Diagnostic(relpath, "unreadable", f"cannot read {relpath}", severity="error")])
-        pr, pp = self.preprocess(relpath, target)
+        pr, pp = self.preprocess(relpath, target, extra_include_roots, extra_defines)
         return _judge(self, relpath, target, pr, pp)
 
 
