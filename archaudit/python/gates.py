@@ -16,11 +16,15 @@ from ..targets import Registry
 from .index import Index
 from .interp import GateRecord, Interp
 
-# Bytes that can start an architecture test in Python source.
+# Bytes that can start an architecture test in Python source. Deliberately not `sm90` alone:
+# flashinfer names hundreds of kernels *_sm90_*, and a name is not a test.
 TRIGGERS = (
-    rb"is_sm\d|_sm\d\d|\bsm\d\d|device_capability|compute_capability|cuda_capability|get_device_sm"
-    rb"|sm_version|supported_major_versions|gencode|arch=compute|CUDA_ARCH|get_device_properties|device_sm\b"
+    rb"is_sm\d|has_sm\d|device_capability|compute_capability|cuda_capability|get_device_sm|sm_version"
+    rb"|supported_major_versions|gencode|arch=compute|CUDA_ARCH_LIST|get_device_properties|device_sm\b"
 )
+
+
+_IDENT = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
 
 
 @dataclass
@@ -31,50 +35,89 @@ class GateScan:
     parsed_modules: int = 0
     rounds: int = 0
     predicates: list[str] = field(default_factory=list)
+    over_budget: list[tuple[str, str | None]] = field(default_factory=list)
 
 
-def find_python_gates(source: Source, index: Index, reg: Registry, package_of) -> GateScan:
+def find_python_gates(source: Source, index: Index, reg: Registry, package_of, progress=None) -> GateScan:
     modules = sorted(index.path_of)
     names: set[str] = set()
     scan = GateScan()
+    interp = Interp(index, reg)
+    relevant: set[str] = set()
+    reported: set[tuple[str, str | None]] = set()
+    triggers = re.compile(TRIGGERS + b"|" + b"|".join(re.escape(k.encode()) for k in sorted(interp.rules.flag_keywords)))
+    idents: dict[str, frozenset] = {}
+
+    def module_idents(m: str) -> frozenset:
+        v = idents.get(m)
+        if v is None:
+            v = idents[m] = frozenset(_IDENT.findall(index.source_bytes(m)))
+        return v
+
+    def matches(data: bytes, start: int = 0, end: int | None = None, ids=None) -> bool:
+        end = len(data) if end is None else end
+        if triggers.search(data, start, end):
+            return True
+        if not names_b:
+            return False
+        ids = ids if ids is not None else frozenset(_IDENT.findall(data, start, end))
+        return not names_b.isdisjoint(ids)
+
+    names_b: set[bytes] = set()
     while True:
         scan.rounds += 1
-        pattern = re.compile(
-            TRIGGERS + b"".join(b"|\\b" + re.escape(n.encode()) + b"\\b" for n in sorted(names))
-        )
-        relevant = {m for m in modules if pattern.search(index.source_bytes(m))}
+        new_rel = {
+            m for m in modules
+            if m not in relevant and (triggers.search(index.source_bytes(m)) or (names_b and not names_b.isdisjoint(module_idents(m))))
+        }
+        redo = set(interp.invalidate(new_rel)) if new_rel and scan.rounds > 1 else set()
+        relevant |= new_rel
         index.full_filter = relevant.__contains__
-        interp = Interp(index, reg)
-        scan.evaluated_modules = len(relevant)
-        scan.evaluated_functions = 0
+        todo: list[tuple[str, str | None]] = sorted(redo)
         for modname in sorted(relevant):
             mod = index.module(modname)
             if mod is None:
                 continue
-            interp.report_module(modname)
+            if modname in new_rel:
+                todo.append((modname, None))
             src = mod.parsed.src
             for qual, node in mod.functions.items():
-                if pattern.search(src, node.sb, node.eb):
-                    scan.evaluated_functions += 1
+                if (modname, qual) not in reported and matches(src, node.sb, node.eb):
+                    todo.append((modname, qual))
+        for i, (modname, qual) in enumerate(todo):
+            if progress and i % 50 == 0:
+                progress(f"round {scan.rounds}: evaluating {i}/{len(todo)} functions")
+            mod = index.module(modname)
+            if mod is None:
+                continue
+            reported.add((modname, qual))
+            if qual is None:
+                interp.report_module(modname)
+            else:
+                node = mod.functions.get(qual)
+                if node is not None:
                     interp.report_function(mod, qual, node)
         # names that now carry an architecture dependence: their users may be gates too
         found = {f.rsplit(".", 1)[-1] for f in interp.arch_functions} | _arch_globals(interp)
         new = {n for n in found - names if len(n) > 3 and n.isidentifier() and not n.startswith("__")}
-        if not new or scan.rounds >= 6:
+        if not new or scan.rounds >= 8:
             break
         names |= new
+        names_b = {n.encode() for n in names}
+    scan.evaluated_modules = len(relevant)
+    scan.evaluated_functions = sum(1 for _m, q in reported if q is not None)
     scan.parsed_modules = sum(1 for m in index._mods.values() if m is not None)
     scan.predicates = sorted(interp.arch_functions)
+    scan.over_budget = sorted(interp.budget_exceeded, key=str)
     scan.gates = _to_gates(interp.gates, package_of)
     return scan
 
 
 def _arch_globals(interp: Interp) -> set[str]:
     out = set()
-    for modname, g in interp._globals.items():
-        for name, v in g.items():
-            if hasattr(v, "sets") and interp.arch_dependent(v):
-                out.add(name)
+    for (modname, name), (v, _via, _sh) in interp._gv.items():
+        if interp.arch_dependent(v):
+            out.add(name)
     return out
 
 

@@ -136,7 +136,7 @@ class Index:
                     Diagnostic(path, "syntax-error", f"{msg} (analysed what could be recovered)", line=line)
                 )
         info = ModuleInfo(name=name, path=path, is_pkg=path.endswith("__init__.py"), parsed=parsed)
-        for st in _flatten(parsed.body):
+        for st in flatten_top(parsed.body):
             if st.k in ("def", "class"):
                 info.defs[st.f["name"]] = st
         _collect_defs(parsed.body, "", info)
@@ -163,25 +163,25 @@ def _dotted(path: str) -> str | None:
     return ".".join(parts)
 
 
-def _flatten(body: list[N]):
+def flatten_top(body: list[N]):
     """Top-level statements, looking through if/try/with blocks (conditional definitions)."""
     for st in body:
         yield st
         if st.k == "if":
-            yield from _flatten(st.f["body"])
-            yield from _flatten(st.f["orelse"])
+            yield from flatten_top(st.f["body"])
+            yield from flatten_top(st.f["orelse"])
         elif st.k == "try":
-            yield from _flatten(st.f["body"])
+            yield from flatten_top(st.f["body"])
             for h in st.f["handlers"]:
-                yield from _flatten(h)
-            yield from _flatten(st.f["orelse"])
-            yield from _flatten(st.f["final"])
+                yield from flatten_top(h)
+            yield from flatten_top(st.f["orelse"])
+            yield from flatten_top(st.f["final"])
         elif st.k in ("with", "block"):
-            yield from _flatten(st.f["body"])
+            yield from flatten_top(st.f["body"])
 
 
 def _collect_defs(body: list[N], prefix: str, info: ModuleInfo) -> None:
-    for st in _flatten(body):
+    for st in flatten_top(body):
         if st.k == "def":
             q = prefix + st.f["name"]
             info.functions.setdefault(q, st)

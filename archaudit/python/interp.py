@@ -17,7 +17,7 @@ from typing import Any, Callable
 from ..model import ARCH_LIST, CAPABILITY_COMPARE, FLAG, NVCC_FLAGS, PREDICATE_CALL
 from ..ruledata import load_rule
 from ..targets import Registry, admits_of_arch_list, admits_of_nvcc_flags
-from .index import Index, ModuleInfo
+from .index import Index, ModuleInfo, flatten_top
 from ..parsing.python_ir import N
 from .values import (
     AV,
@@ -42,6 +42,13 @@ from .values import (
 )
 
 MAX_DEPTH = 14
+# Expressions evaluated for one reported function (callees included); beyond it the function's
+# report stops with a diagnostic. Bounds the time any one function can take.
+STEP_BUDGET = 60_000
+
+
+class _BudgetExceeded(Exception):
+    pass
 
 
 @dataclass(frozen=True)
@@ -129,6 +136,7 @@ class GateRecord:
     region: str
     expr_node: N | None = None
     extra: dict = field(default_factory=dict)
+    owner: tuple | None = None
 
 
 class Frame:
@@ -155,11 +163,19 @@ class Interp:
         self.rules = Rules(reg)
         self.n = len(self.gpus)
         self.ALL = (1,) * self.n
-        self._globals: dict[str, dict] = {}
-        self._globals_via: dict[str, dict] = {}
+        self._binds: dict[str, dict | None] = {}
+        self._gv: dict[tuple[str, str], tuple[AV, frozenset]] = {}
+        self._gv_busy: set = set()
         self._in_progress: set = set()
         self._memo: dict = {}
         self._via_stack: list[set] = []
+        # modules whose functions a result depended on while they were parsed shallow (not
+        # analysed): when such a module becomes relevant, results that touched it are redone
+        self._shallow_stack: list[set] = []
+        self.report_shallow: dict[tuple[str, str | None], set] = {}
+        self._owner: tuple[str, str | None] | None = None
+        self._steps = 0
+        self.budget_exceeded: list[tuple[str, str]] = []
         self._depth = 0
         self.gates: list[GateRecord] = []
         self.arch_functions: set[str] = set()  # functions whose result depends on the GPU
@@ -181,32 +197,114 @@ class Interp:
             self._via_stack[-1].update(items)
 
     # ------------------------------------------------------------------ modules
-    def globals_of(self, modname: str) -> dict | None:
-        g = self._globals.get(modname)
-        if g is not None:
-            return g
+    # Module globals are evaluated on demand, one name at a time: running whole module bodies
+    # would cascade through every import of a large package.
+    def _bindings(self, modname: str) -> dict | None:
+        if modname in self._binds:
+            return self._binds[modname]
         mod = self.index.module(modname)
         if mod is None:
+            self._binds[modname] = None
             return None
-        g = self._static_globals(mod)
-        self._globals[modname] = g
-        self._globals_via[modname] = {}
-        if modname in self._in_progress:
-            return g
-        self._in_progress.add(modname)
-        try:
-            frame = Frame(mod, g, self.ALL, modname, None, report=False, is_module=True)
-            frame.via = self._globals_via[modname]
-            self._exec_block(mod.parsed.body, frame)
-        finally:
-            self._in_progress.discard(modname)
-        return g
+        b: dict[str, list] = {}
+        stars: list[str] = []
+        for st in flatten_top(mod.parsed.body):
+            k = st.k
+            if k in ("def", "class"):
+                b.setdefault(st.f["name"], []).append(("def", st))
+            elif k == "import":
+                for name, alias in st.f["names"]:
+                    if alias:
+                        b.setdefault(alias, []).append(("mod", name))
+                    else:
+                        top = name.split(".")[0]
+                        b.setdefault(top, []).append(("mod", top))
+            elif k == "importfrom":
+                base = self.index.resolve_relative(mod, st.f["level"], st.f["module"])
+                if st.f["star"]:
+                    stars.append(base)
+                for name, alias in st.f["names"]:
+                    b.setdefault(alias or name, []).append(("from", base, name))
+            elif k == "assign":
+                for t in st.f["targets"]:
+                    for nm, path in _target_paths(t, ()):
+                        b.setdefault(nm, []).append(("assign", st, path))
+            elif k in ("for", "with"):
+                tgts = [st.f["target"]] if k == "for" else [t for _, t in st.f["items"] if t is not None]
+                for t in tgts:
+                    for nm, _ in _target_paths(t, ()):
+                        b.setdefault(nm, []).append(("opaque",))
+        self._binds[modname] = {"names": b, "stars": stars, "mod": mod}
+        return self._binds[modname]
 
-    def _static_globals(self, mod: ModuleInfo) -> dict:
-        g: dict[str, Any] = {"__name__": self.dom.const(mod.name)}
-        for name, node in mod.defs.items():
-            g[name] = self.dom.const(self._ref_for(mod, name, node))
-        return g
+    def global_value(self, modname: str, name: str) -> AV | None:
+        """Value of a module-level name (union over its bindings), or None if the module has none."""
+        key = (modname, name)
+        hit = self._gv.get(key)
+        if hit is not None:
+            av, via, sh = hit
+            self._note_all(via)
+            if sh and self._shallow_stack:
+                self._shallow_stack[-1].update(sh)
+            return av
+        if key in self._gv_busy or self._depth >= MAX_DEPTH:
+            return self.dom.OPAQUE
+        b = self._bindings(modname)
+        if b is None:
+            return None
+        entries = b["names"].get(name)
+        if not entries:
+            if name == "__name__":
+                return self.dom.const(modname)
+            for base in b["stars"]:
+                if name.startswith("_") or not self.index.has_module(base):
+                    continue
+                allv = self.global_value(base, "__all__")
+                listed = allv.single() if allv is not None else None
+                if isinstance(listed, tuple) and name not in listed:
+                    continue
+                v = self.global_value(base, name)
+                if v is not None:
+                    return v
+            return None
+        self._gv_busy.add(key)
+        self._via_stack.append(set())
+        self._shallow_stack.append(set())
+        self._depth += 1
+        try:
+            mod = b["mod"]
+            frame = Frame(mod, {}, self.ALL, modname, None, report=False, is_module=True)
+            acc = None
+            for e in entries:
+                v = self._binding_value(mod, frame, e)
+                acc = v if acc is None else self.dom.union(acc, v)
+        finally:
+            self._depth -= 1
+            self._gv_busy.discard(key)
+            inner = self._via_stack.pop()
+            sh = self._shallow_stack.pop()
+        if self._shallow_stack:
+            self._shallow_stack[-1].update(sh)
+        via = frozenset(inner) if self.arch_dependent(acc) else frozenset()
+        self._note_all(via)
+        self._gv[key] = (acc, via, frozenset(sh))
+        return acc
+
+    def _binding_value(self, mod: ModuleInfo, frame: "Frame", e: tuple) -> AV:
+        kind = e[0]
+        if kind == "def":
+            return self.dom.const(self._ref_for(mod, e[1].f["name"], e[1]))
+        if kind == "mod":
+            return self._resolve_import(_LazyImport(e[1], None))
+        if kind == "from":
+            return self._resolve_import(_LazyImport(e[1], e[2]))
+        if kind == "assign":
+            st, path = e[1], e[2]
+            v = self.eval(st.f["value"], frame)
+            for i in path:
+                v = self.dom.map1(v, lambda x, i=i: _index(x, i))
+            return v
+        return self.dom.OPAQUE
 
     def _ref_for(self, mod: ModuleInfo, qual: str, node: N):
         if node.k == "def":
@@ -214,20 +312,46 @@ class Interp:
         return ClassRef(mod.name, qual)
 
     def report_module(self, modname: str) -> None:
-        """Run a module's top-level code once more with gate reporting on."""
-        g = self.globals_of(modname)
+        """Run a module's top-level code with gate reporting on."""
         mod = self.index.module(modname)
-        if mod is None or g is None:
+        if mod is None:
             return
-        frame = Frame(mod, dict(g), self.ALL, modname, None, report=True, is_module=True)
-        frame.via = dict(self._globals_via.get(modname, {}))
-        self._exec_block(mod.parsed.body, frame)
+        frame = Frame(mod, {}, self.ALL, modname, None, report=True, is_module=True)
+        self._reporting((modname, None), lambda: self._exec_block(mod.parsed.body, frame))
+
+    def _reporting(self, owner: tuple[str, str | None], run) -> None:
+        self.gates = [g for g in self.gates if g.owner != owner]
+        self._owner = owner
+        self._shallow_stack = [set()]
+        self._steps = 0
+        try:
+            run()
+        except _BudgetExceeded:
+            self.budget_exceeded.append(owner)
+        except RecursionError:
+            self.budget_exceeded.append(owner)
+        finally:
+            self.report_shallow[owner] = self._shallow_stack[0] if self._shallow_stack else set()
+            self._shallow_stack = []
+            self._via_stack = []
+            self._depth = 0
+            self._in_progress = set()
+            self._gv_busy = set()
+            self._owner = None
+
+    def invalidate(self, modules: set[str]) -> list[tuple[str, str | None]]:
+        """Modules became relevant: forget what was computed while they were unanalysed, and
+        return the reports that must be redone."""
+        self._memo = {k: v for k, v in self._memo.items() if not (v[2] & modules)}
+        self._gv = {k: v for k, v in self._gv.items() if not (v[2] & modules) and k[0] not in modules}
+        for m in modules:
+            self._binds.pop(m, None)
+        return [o for o, sh in self.report_shallow.items() if sh & modules]
 
     def module_attr(self, modname: str, name: str) -> AV:
         if self.index.has_module(modname):
-            g = self.globals_of(modname)
-            if g is not None and name in g:
-                v = self._read_global(modname, g, name)
+            v = self.global_value(modname, name)
+            if v is not None:
                 return v
             sub = f"{modname}.{name}"
             if self.index.has_module(sub):
@@ -237,17 +361,6 @@ class Interp:
         if self.index.has_module(sub):
             return self.dom.const(ModuleRef(sub))
         return self.dom.const(ExtRef(sub))
-
-    def _read_global(self, modname: str, g: dict, name: str) -> AV:
-        v = g[name]
-        if isinstance(v, _LazyImport):
-            g[name] = self.dom.OPAQUE  # break import cycles while resolving
-            v = self._resolve_import(v)
-            g[name] = v
-        vv = self._globals_via.get(modname, {}).get(name)
-        if vv:
-            self._note_all(vv)
-        return v
 
     def _resolve_import(self, li: _LazyImport) -> AV:
         if li.name is None:
@@ -272,7 +385,7 @@ class Interp:
         if cn is None:
             return out
         mod, node = cn
-        frame = Frame(mod, self.globals_of(mod.name) or {}, self.ALL, mod.name, None, report=False, is_module=True)
+        frame = Frame(mod, {}, self.ALL, mod.name, None, report=False, is_module=True)
         for b in node.f["bases"]:
             bv = self.eval(b, frame).single()
             if isinstance(bv, ClassRef) and bv not in out:
@@ -297,7 +410,7 @@ class Interp:
                 if st.k == "assign":
                     for t in st.f["targets"]:
                         if t.k == "name" and t.f["id"] == name and st.f["value"] is not None:
-                            frame = Frame(mod, self.globals_of(mod.name) or {}, self.ALL, mod.name, None, False, True)
+                            frame = Frame(mod, {}, self.ALL, mod.name, None, False, True)
                             return self.eval(st.f["value"], frame), None, k
         return None
 
@@ -431,17 +544,14 @@ class Interp:
         elif k == "import":
             for name, alias in st.f["names"]:
                 if alias:
-                    fr.env[alias] = _LazyImport(name, None) if fr.is_module else self._resolve_import(_LazyImport(name, None))
+                    fr.env[alias] = _LazyImport(name, None)
                 else:
                     top = name.split(".")[0]
-                    fr.env[top] = _LazyImport(top, None) if fr.is_module else self._resolve_import(_LazyImport(top, None))
+                    fr.env[top] = _LazyImport(top, None)
         elif k == "importfrom":
             base = self.index.resolve_relative(fr.mod, st.f["level"], st.f["module"])
-            if st.f["star"]:
-                self._star_import(fr, base)
             for name, alias in st.f["names"]:
-                li = _LazyImport(base, name)
-                fr.env[alias or name] = li if fr.is_module else self._resolve_import(li)
+                fr.env[alias or name] = _LazyImport(base, name)
         # pass, global, other: nothing to do
 
     def _bind_def(self, fr: Frame, st: N) -> None:
@@ -456,22 +566,6 @@ class Interp:
             if node is st:
                 return FuncRef(fr.mod.name, q, st.sb)
         return None
-
-    def _star_import(self, fr: Frame, base: str) -> None:
-        g = self.globals_of(base)
-        if g is None:
-            return
-        names = None
-        allv = g.get("__all__")
-        if isinstance(allv, AV):
-            s = allv.single()
-            if isinstance(s, tuple) and all(isinstance(x, str) for x in s):
-                names = s
-        if names is None:
-            names = [n for n in g if not n.startswith("_")]
-        for n in names:
-            if n in g:
-                fr.env[n] = _LazyImport(base, n)
 
     def _exec_if(self, st: N, fr: Frame) -> None:
         body, orelse = st.f["body"], st.f["orelse"]
@@ -571,6 +665,7 @@ class Interp:
                 region=region,
                 expr_node=expr_node,
                 extra=extra or {},
+                owner=self._owner,
             )
         )
 
@@ -578,6 +673,9 @@ class Interp:
     def eval(self, n: N | None, fr: Frame) -> AV:
         if n is None:
             return self.dom.NONE
+        self._steps += 1
+        if self._steps > STEP_BUDGET and self._owner is not None:
+            raise _BudgetExceeded
         m = getattr(self, "_e_" + n.k, None)
         if m is None:
             return self.dom.OPAQUE
@@ -598,22 +696,17 @@ class Interp:
         if name in fr.env:
             v = fr.env[name]
             if isinstance(v, _LazyImport):
-                if fr.is_module:
-                    return self._read_global(fr.mod.name, fr.env, name)
                 v = self._resolve_import(v)
                 fr.env[name] = v
             vv = fr.via.get(name)
             if vv:
                 self._note_all(vv)
             return v
-        if not fr.is_module:
-            g = self.globals_of(fr.mod.name)
-            if g is not None and name in g:
-                return self._read_global(fr.mod.name, g, name)
+        g = self.global_value(fr.mod.name, name)
+        if g is not None:
+            return g
         if name in _BUILTINS:
             return self.dom.const(_Builtin(name))
-        if name in ("True", "False", "None"):
-            return self.dom.const({"True": True, "False": False, "None": None}[name])
         return self.dom.OPAQUE
 
     def _e_attr(self, n: N, fr: Frame) -> AV:
@@ -1059,20 +1152,25 @@ class Interp:
         key = (f, tuple(args), tuple(sorted(kwargs.items(), key=lambda kv: kv[0])))
         hit = self._memo.get(key)
         if hit is not None:
-            av, via = hit
+            av, via, sh = hit
             if via:
                 self._note_all(via)
+            if sh and self._shallow_stack:
+                self._shallow_stack[-1].update(sh)
             return av
         mod = self.index.module(f.module)
         node = mod.functions.get(f.qual) if mod is not None else None
         if node is None or mod.parsed.shallow:
             # not found, or in a module whose bytes cannot test the architecture
+            if mod is not None and self._shallow_stack:
+                self._shallow_stack[-1].add(mod.name)
             return self.dom.OPAQUE
         if key in self._in_progress or self._depth >= MAX_DEPTH:
             return self.dom.OPAQUE
         self._in_progress.add(key)
         self._depth += 1
         self._via_stack.append(set())
+        self._shallow_stack.append(set())
         try:
             av = self._run_function(mod, f, node, args, kwargs, report=False)
         except RecursionError:
@@ -1081,19 +1179,22 @@ class Interp:
             self._depth -= 1
             self._in_progress.discard(key)
             inner = self._via_stack.pop()
+            sh = frozenset(self._shallow_stack.pop())
+        if sh and self._shallow_stack:
+            self._shallow_stack[-1].update(sh)
         via = frozenset()
         if self.arch_dependent(av):
             self.arch_functions.add(f.fullname)
             via = frozenset(inner | {f"inferred {f.fullname}"})
             self._note_all(via)
-        self._memo[key] = (av, via)
+        self._memo[key] = (av, via, sh)
         return av
 
     def _run_function(self, mod: ModuleInfo, f: FuncRef, node: N, args: list[AV], kwargs: dict, report: bool) -> AV:
         env: dict[str, Any] = {}
         params = node.f["params"]
         pos = list(args)
-        gframe = Frame(mod, self.globals_of(mod.name) or {}, self.ALL, mod.name, None, False, True)
+        gframe = Frame(mod, {}, self.ALL, mod.name, None, False, True)
         for pname, default, pkind in params:
             if pkind == "*":
                 env[pname] = self.dom.const(tuple()) if not pos else self.dom.OPAQUE
@@ -1130,11 +1231,7 @@ class Interp:
             if params and params[0][2] == "" and "staticmethod" not in decos:
                 args.append(self.dom.const(Instance(cls) if "classmethod" not in decos else cls))
         f = FuncRef(mod.name, qual, node.sb)
-        kwargs = {}
-        try:
-            self._run_function(mod, f, node, args, kwargs, report=True)
-        except RecursionError:
-            pass
+        self._reporting((mod.name, qual), lambda: self._run_function(mod, f, node, args, {}, report=True))
 
 
 class _CapProps:
@@ -1150,6 +1247,16 @@ class _CapProps:
 
     def __hash__(self):
         return hash(("props", self.major, self.minor))
+
+
+def _target_paths(t: N, path: tuple):
+    """(name, index path) for each name an assignment target binds: `a, (b, c) = v`."""
+    if t.k == "name":
+        yield t.f["id"], path
+    elif t.k in ("tuple", "list"):
+        for i, e in enumerate(t.f["elts"]):
+            if e.k != "starred":
+                yield from _target_paths(e, path + (i,))
 
 
 def _is_exit(last: N, test: N) -> bool:

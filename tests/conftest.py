@@ -1,0 +1,41 @@
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO / "fixtures"
+sys.path.insert(0, str(REPO / "bench"))
+
+
+@pytest.fixture(scope="session")
+def reg():
+    from archaudit.targets import registry
+
+    return registry()
+
+
+def _corpus(name):
+    import corpus
+
+    try:
+        return corpus.site_packages(name)
+    except Exception as e:  # network or pip failure: the real-package tests cannot run here
+        pytest.fail(f"could not fetch the pinned corpus {name}: {e}")
+
+
+@pytest.fixture(scope="session")
+def sp072():
+    return _corpus("fi072")
+
+
+@pytest.fixture(scope="session")
+def sp0615():
+    return _corpus("fi0615")
+
+
+@pytest.fixture(scope="session")
+def scan072(sp072):
+    from archaudit.pipeline import scan
+
+    return scan(sp072)

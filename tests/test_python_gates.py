@@ -1,0 +1,88 @@
+"""Exact gates of the fixture package that reproduces each Python gate form."""
+import json
+
+from click.testing import CliRunner
+
+from archaudit.cli import main
+from archaudit.pipeline import scan
+
+from conftest import FIXTURES
+
+M9_10 = ["sm_90", "sm_100", "sm_103", "sm_107"]
+GE90 = ["sm_90", "sm_100", "sm_103", "sm_107", "sm_110", "sm_120", "sm_121"]
+
+# (path, line, kind, admits, resolution prefix)
+EXPECTED = [
+    ("gatepkg/features.py", 13, "flag", M9_10, "inferred"),
+    ("gatepkg/features.py", 19, "predicate-call", M9_10, "inferred"),
+    ("gatepkg/features.py", 21, "flag", ["sm_90"], "inferred"),
+    ("gatepkg/features.py", 27, "capability-compare", GE90, "evaluated"),
+    ("gatepkg/features.py", 30, "capability-compare", M9_10, "inferred"),
+    ("gatepkg/features.py", 32, "capability-compare", GE90, "inferred"),
+    ("gatepkg/features.py", 35, "capability-compare", ["sm_120", "sm_121"], "inferred"),
+    ("gatepkg/features.py", 37, "capability-compare", ["sm_103"], "inferred"),
+    ("gatepkg/features.py", 44, "predicate-call", GE90, "evaluated"),
+    ("gatepkg/features.py", 46, "predicate-call", ["sm_100"], "evaluated"),
+    ("gatepkg/features.py", 48, "predicate-call", ["sm_90"], "inferred"),
+    ("gatepkg/features.py", 50, "predicate-call", ["sm_120", "sm_121"], "inferred"),
+    ("gatepkg/features.py", 52, "predicate-call", ["sm_80", "sm_86", "sm_87", "sm_88", "sm_89"], "name-rule"),
+    ("gatepkg/features.py", 58, "capability-compare", GE90, "inferred"),
+    ("gatepkg/jit/modules.py", 9, "arch-list", M9_10, "evaluated"),
+    ("gatepkg/jit/modules.py", 14, "arch-list", ["sm_100", "sm_103", "sm_107", "sm_120", "sm_121"], "evaluated"),
+    ("gatepkg/jit/modules.py", 21, "nvcc-flags", ["sm_90"], "evaluated"),
+    ("gatepkg/jit/modules.py", 25, "nvcc-flags", ["sm_100"], "evaluated"),
+    ("gatepkg/jit/modules.py", 29, "nvcc-flags", ["sm_90", "sm_100"], "evaluated"),
+    ("gatepkg/utils.py", 22, "capability-compare", ["sm_120", "sm_121"], "inferred"),
+    ("gatepkg/utils.py", 24, "capability-compare", ["sm_121"], "inferred"),
+]
+
+
+def _fixture_scan():
+    return scan(FIXTURES / "pygates")
+
+
+def test_exact_gates(reg):
+    result = _fixture_scan()
+    got = [
+        (g.path, g.line, g.kind, reg.sort_names(g.admits), g.resolution.split(":", 1)[0]) for g in result.gates
+    ]
+    assert got == EXPECTED
+
+
+def test_inference_chain_through_probe_table():
+    g = next(g for g in _fixture_scan().gates if (g.path, g.line) == ("gatepkg/features.py", 13))
+    assert g.region == "after-early-exit"
+    assert g.function == "gatepkg.features.use_fusion"
+    # resolved through __getattr__'s probe table, the partial, and the capability query
+    assert "inferred gatepkg.platform.Platform.__getattr__" in g.via
+    assert "inferred gatepkg.utils._check_cuda_device_version" in g.via
+    assert "capability-source torch.cuda.get_device_capability" in g.via
+
+
+def test_non_gates_are_not_reported():
+    lines = {(g.path, g.line) for g in _fixture_scan().gates}
+    assert ("gatepkg/features.py", 62) not in lines  # noqa  # `if x > 3` in not_a_gate
+
+
+def test_json_output_schema():
+    r = CliRunner().invoke(main, ["scan", str(FIXTURES / "pygates"), "--format", "json", "--target", "sm_120"])
+    assert r.exit_code == 0, r.output
+    obj = json.loads(r.output)
+    assert obj["schema_version"] == 1
+    assert obj["targets"] == ["sm_120"]
+    g = next(g for g in obj["gates"] if g["path"] == "gatepkg/features.py" and g["line"] == 35)
+    assert g["admits"] == ["sm_120", "sm_121"]
+    assert g["admits_target"] == {"sm_120": True}
+    assert set(g) >= {"path", "line", "col", "function", "kind", "expr", "admits", "resolution", "package"}
+
+
+def test_unknown_target_exits_2():
+    r = CliRunner().invoke(main, ["scan", str(FIXTURES / "pygates"), "--target", "sm_999"])
+    assert r.exit_code == 2
+    assert "closest known" in r.output
+
+
+def test_missing_path_exits_2(tmp_path):
+    r = CliRunner().invoke(main, ["scan", str(tmp_path / "nope")])
+    assert r.exit_code == 2
+    assert "no such file" in r.output
