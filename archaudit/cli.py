@@ -87,3 +87,21 @@ def _register_optional_commands() -> None:
 
 
 _register_optional_commands()
+
+
+def run() -> None:
+    """Console entry point: no traceback for users (ARCHAUDIT_DEBUG=1 shows it)."""
+    import os
+
+    try:
+        main(standalone_mode=True)
+    except SystemExit:
+        raise
+    except KeyboardInterrupt:
+        click.echo("archaudit: interrupted", err=True)
+        raise SystemExit(130)
+    except Exception as e:  # noqa: BLE001
+        if os.environ.get("ARCHAUDIT_DEBUG"):
+            raise
+        click.echo(f"archaudit: internal error: {type(e).__name__}: {e} (set ARCHAUDIT_DEBUG=1 for details)", err=True)
+        raise SystemExit(2)

@@ -4,6 +4,7 @@ Analyses never print; progress goes through the optional `progress` callback.
 """
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -42,6 +43,30 @@ def package_resolver(source: Source, dists: list[Distribution]) -> Callable[[str
     return package_of
 
 
+def run_with_big_stack(fn):
+    """Run fn in a thread with a large stack: the tree walks and the interpreter recurse deeply
+    on pathological inputs, and a RecursionError is far better than a C stack overflow."""
+    box: dict = {}
+
+    def target():
+        try:
+            box["value"] = fn()
+        except BaseException as e:  # re-raised in the caller's thread
+            box["error"] = e
+
+    old = threading.stack_size()
+    threading.stack_size(512 * 1024 * 1024)
+    try:
+        t = threading.Thread(target=target, name="archaudit-analysis")
+        t.start()
+    finally:
+        threading.stack_size(old)
+    t.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
 def scan(path, targets: list[TargetRequest] | None = None, reg: Registry | None = None,
          progress: Progress | None = None) -> ScanResult:
     reg = reg or registry()
@@ -56,8 +81,15 @@ def scan(path, targets: list[TargetRequest] | None = None, reg: Registry | None 
     path_based = bool(dists) or isinstance(source, WheelSource)
     index = Index(source, py_files, path_based=path_based)
     say(f"evaluating Python gates in {len(py_files)} files")
-    gscan = find_python_gates(source, index, reg, package_resolver(source, dists))
-    diags = sorted(set(source.diagnostics) | set(index.diagnostics))
+    gscan = run_with_big_stack(
+        lambda: find_python_gates(source, index, reg, package_resolver(source, dists), progress=say)
+    )
+    budget = [
+        Diagnostic(index.path_of.get(m, m), "analysis-budget",
+                   f"evaluation of {m + '.' + q if q else m} stopped at the step budget; gates after that point may be missing")
+        for m, q in gscan.over_budget
+    ]
+    diags = sorted(set(source.diagnostics) | set(index.diagnostics) | set(budget))
     stats = {
         "files": len(files),
         "python_files": len(py_files),

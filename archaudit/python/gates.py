@@ -73,7 +73,7 @@ def find_python_gates(source: Source, index: Index, reg: Registry, package_of, p
         redo = set(interp.invalidate(new_rel)) if new_rel and scan.rounds > 1 else set()
         relevant |= new_rel
         index.full_filter = relevant.__contains__
-        todo: list[tuple[str, str | None]] = sorted(redo)
+        todo: list[tuple[str, str | None]] = sorted(redo, key=_owner_key)
         for modname in sorted(relevant):
             mod = index.module(modname)
             if mod is None:
@@ -108,9 +108,13 @@ def find_python_gates(source: Source, index: Index, reg: Registry, package_of, p
     scan.evaluated_functions = sum(1 for _m, q in reported if q is not None)
     scan.parsed_modules = sum(1 for m in index._mods.values() if m is not None)
     scan.predicates = sorted(interp.arch_functions)
-    scan.over_budget = sorted(interp.budget_exceeded, key=str)
+    scan.over_budget = sorted(set(interp.budget_exceeded), key=_owner_key)
     scan.gates = _to_gates(interp.gates, package_of)
     return scan
+
+
+def _owner_key(o: tuple[str, str | None]) -> tuple[str, str]:
+    return (o[0], o[1] or "")
 
 
 def _arch_globals(interp: Interp) -> set[str]:

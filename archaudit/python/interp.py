@@ -36,6 +36,8 @@ from .values import (
     Unres,
     cap,
     has_unres,
+    ENV,
+    informative_sets,
     may_false,
     may_true,
     truth,
@@ -583,12 +585,33 @@ class Interp:
                 pass
             then_mask.append(0 if not t else (m if not f else 2))
             else_mask.append(0 if not f else (m if not t else 2))
+        nar = self._narrowing(st.f["test"], fr)
         fr.mask = tuple(then_mask)
+        if nar:
+            fr.env[nar[0]] = nar[1]
         self._exec_block(body, fr)
         then_end = fr.mask
+        then_val = fr.env.get(nar[0]) if nar else None
         fr.mask = tuple(else_mask)
+        if nar:
+            fr.env[nar[0]] = nar[2]
         self._exec_block(orelse, fr)
         else_end = fr.mask
+        if nar:
+            else_val = fr.env.get(nar[0])
+            if then_val is nar[1] and else_val is nar[2]:
+                # unchanged in both branches: after the if, each GPU keeps what the branches it
+                # may leave through allow
+                sets = []
+                for i in range(self.n):
+                    s1 = nar[1].sets[i] if then_mask[i] and then_end[i] else frozenset()
+                    s2 = nar[2].sets[i] if else_mask[i] and else_end[i] else frozenset()
+                    sets.append(cap(s1 | s2) or nar[3].sets[i])
+                fr.env[nar[0]] = AV(tuple(sets))
+            elif then_val is nar[1]:
+                pass
+            else:
+                fr.env[nar[0]] = then_val if else_val is nar[2] else else_val
         out = []
         for i, m in enumerate(saved):
             if not m:
@@ -600,6 +623,39 @@ class Interp:
             definitely = m == 1 and (not ta or a == 1) and (not tb or b == 1) and (ta == 1 or tb == 1 or (a == 1 and b == 1))
             out.append(1 if (may and definitely) else (2 if may else 0))
         fr.mask = tuple(out)
+
+    def _narrowing(self, test: N, fr: Frame):
+        """For `if x`, `if not x`, `if x is None`, `if x is not None` on a local x: the values x
+        may have in the then- and else-branch (name, then_av, else_av, original)."""
+        neg = False
+        while test.k == "not":
+            neg = not neg
+            test = test.f["value"]
+        name, pred = None, None
+        if test.k == "name":
+            name, pred = test.f["id"], lambda v: truth(v)
+        elif test.k == "compare" and len(test.f["ops"]) == 1 and test.f["operands"][0].k == "name":
+            rhs = test.f["operands"][1]
+            op = " ".join(test.f["ops"][0].split())
+            if rhs.k == "const" and rhs.f["value"] is None and op in ("is", "is not"):
+                name = test.f["operands"][0].f["id"]
+                pred = (lambda v: v is None) if op == "is" else (lambda v: v is not None)
+        if name is None or not isinstance(fr.env.get(name), AV):
+            return None
+        orig = fr.env[name]
+
+        def outcome(v):
+            r = pred(v)
+            return None if r is None else (not r if neg else bool(r))
+
+        def keep(want: bool) -> AV:
+            out = []
+            for s in orig.sets:
+                k = frozenset(v for v in s if outcome(v) is None or outcome(v) == want)
+                out.append(k or s)
+            return AV(tuple(out))
+
+        return name, keep(True), keep(False), orig
 
     # ------------------------------------------------------------------ decisions -> gates
     def _decision(self, test: N, fr: Frame, st: N, region: str, positive: bool) -> AV:
@@ -613,19 +669,19 @@ class Interp:
         # only GPUs that can reach this point count: after `if not sm90: raise`, a later test
         # of the minor version speaks about sm_90 alone
         reach = [i for i, m in enumerate(fr.mask) if m]
-        if reach and self._truth_varies(av, reach):
+        sets = informative_sets(av, reach)
+        if reach and self._truth_varies(av, sets):
             admits = frozenset(
-                self.gpus[i].name for i in reach if (may_true(av.sets[i]) if positive else may_false(av.sets[i]))
+                self.gpus[i].name for i, s in zip(reach, sets) if (may_true(s) if positive else may_false(s))
             )
             kind = self._classify(test, fr)
             self._record(fr, st, kind, admits, has_unres(av), sorted(via), region, expr_node=test)
         return av
 
-    def _truth_varies(self, av: AV, reach: list[int]) -> bool:
+    def _truth_varies(self, av: AV, sets: list[frozenset]) -> bool:
         if has_unres(av):
             return True
-        vals = {(may_true(av.sets[i]), may_false(av.sets[i])) for i in reach}
-        return len(vals) > 1
+        return len({(may_true(s), may_false(s)) for s in sets}) > 1
 
     def _classify(self, test: N, fr: Frame) -> str:
         atoms = []
@@ -738,10 +794,12 @@ class Interp:
         return res
 
     def _unknownish(self, av: AV) -> bool:
-        return all(all(v is OPAQUE or isinstance(v, (ExtRef, Instance)) for v in s) for s in av.sets)
+        return all(all(v is OPAQUE or v is ENV or isinstance(v, (ExtRef, Instance)) for v in s) for s in av.sets)
 
     def _getattr1(self, v, attr: str) -> AV:
-        if v is OPAQUE or isinstance(v, Unres):
+        if v is OPAQUE or v is ENV:
+            return self.dom.OPAQUE
+        if isinstance(v, Unres):
             return AV((frozenset((v,)),) * self.n)
         if isinstance(v, ModuleRef):
             return self.module_attr(v.name, attr)
@@ -822,7 +880,9 @@ class Interp:
             f = _CMP.get(" ".join(op.split()))
             r = self.dom.map2(vals[i], vals[i + 1], f) if f else self.dom.OPAQUE
             result = r if result is None else self._and(result, r)
-        return result if result is not None else self.dom.OPAQUE
+        if result is None:
+            return self.dom.OPAQUE
+        return _opaque_to_env(result)
 
     def _e_boolop(self, n: N, fr: Frame) -> AV:
         left = self.eval(n.f["left"], fr)
@@ -1290,8 +1350,15 @@ def _raise():
 def _not(x):
     t = truth(x)
     if t is None:
-        return OPAQUE
+        return ENV
     return not t
+
+
+def _opaque_to_env(av: AV) -> AV:
+    """A comparison with an unknown operand is an unknown condition (ENV), not an unknown value."""
+    if not any(OPAQUE in s for s in av.sets):
+        return av
+    return AV(tuple((s - UNKNOWN_SET) | {ENV} if OPAQUE in s else s for s in av.sets))
 
 
 def _index(v, i):

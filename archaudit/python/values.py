@@ -33,6 +33,25 @@ def _opaque():
 OPAQUE = _Opaque.__new__(_Opaque)
 
 
+class _Env:
+    """An unknown condition from the environment (CUDA version, env var): may be true or false."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "ENV"
+
+    def __reduce__(self):
+        return (_env, ())
+
+
+def _env():
+    return ENV
+
+
+ENV = _Env.__new__(_Env)
+
+
 @dataclass(frozen=True)
 class Unres:
     """Unknown, and possibly dependent on the GPU: the analysis could not follow it."""
@@ -134,6 +153,7 @@ class FrozenDict:
 
 MAX_POSSIBILITIES = 12
 UNKNOWN_SET = frozenset((OPAQUE,))
+ENV_SET = frozenset((ENV,))
 
 
 def cap(s: frozenset) -> frozenset:
@@ -210,7 +230,7 @@ class Domain:
             if r is None:
                 acc = set()
                 for v in s:
-                    if v is OPAQUE or isinstance(v, Unres):
+                    if v is OPAQUE or v is ENV or isinstance(v, Unres):
                         acc.add(v)
                     else:
                         acc.add(_safe(f, v))
@@ -232,7 +252,7 @@ class Domain:
                             acc.add(x)
                         elif isinstance(y, Unres):
                             acc.add(y)
-                        elif x is OPAQUE or y is OPAQUE:
+                        elif x is OPAQUE or y is OPAQUE or x is ENV or y is ENV:
                             acc.add(OPAQUE)
                         else:
                             acc.add(_safe2(f, x, y))
@@ -262,7 +282,7 @@ def _safe2(f, x, y):
 
 def truth(v) -> bool | None:
     """Truthiness of one possibility: True, False, or None when unknown."""
-    if v is OPAQUE or isinstance(v, Unres):
+    if v is OPAQUE or v is ENV or isinstance(v, Unres):
         return None
     if isinstance(v, (FuncRef, ClassRef, ModuleRef, ExtRef, Instance, BoundMethod, Partial, ArchFlags)):
         return True
@@ -273,21 +293,25 @@ def truth(v) -> bool | None:
 
 
 def may_true(s: frozenset) -> bool:
-    """May this possibility set be truthy? Concrete possibilities win over OPAQUE ones:
-    an environment override merged with an architecture test does not hide the test."""
-    concrete = [truth(v) for v in s if v is not OPAQUE]
-    concrete_known = [t for t in concrete if t is not None]
-    if concrete_known:
-        return any(concrete_known) or (len(concrete_known) < len(concrete))
-    return True
+    """May a value with these possibilities be truthy? Unknowns may."""
+    return any(truth(v) is not False for v in s)
 
 
 def may_false(s: frozenset) -> bool:
-    concrete = [truth(v) for v in s if v is not OPAQUE]
-    concrete_known = [t for t in concrete if t is not None]
-    if concrete_known:
-        return (not all(concrete_known)) or (len(concrete_known) < len(concrete))
-    return True
+    return any(truth(v) is not True for v in s)
+
+
+def informative_sets(av: "AV", reach: list[int]) -> list[frozenset]:
+    """The per-GPU sets with GPU-independent unknowns removed.
+
+    An OPAQUE present on every GPU (an override dict, a config flag merged into the result)
+    says nothing about the architecture; dropping it lets the architecture test that is merged
+    with it decide. ENV (an unknown *condition*, like a CUDA-version check) is kept: it may be
+    true on the GPUs where it appears."""
+    sets = [av.sets[i] for i in reach]
+    if sets and all(OPAQUE in x for x in sets):
+        sets = [x - UNKNOWN_SET or ENV_SET for x in sets]
+    return sets
 
 
 def has_unres(av: AV) -> list[str]:
