@@ -427,8 +427,8 @@ class Interp:
         old = fr.env.get(name)
         if isinstance(old, _LazyImport) or old is None:
             old = None
-        if all(m == 1 for m in fr.mask) or old is None:
-            fr.env[name] = av if all(m == 1 for m in fr.mask) or old is None else av
+        if old is None or all(m == 1 for m in fr.mask):
+            fr.env[name] = av
         else:
             sets = []
             for i, m in enumerate(fr.mask):
@@ -529,13 +529,12 @@ class Interp:
                 if expr is not None:
                     v = self.eval(expr, fr)
                     if tgt is not None:
-                        self._bind_target(fr, tgt, self.dom.OPAQUE if v.single() is None else self.dom.OPAQUE, frozenset())
+                        self._bind_target(fr, tgt, self.dom.OPAQUE, frozenset())
             self._exec_block(st.f["body"], fr)
         elif k == "block":
             self._exec_block(st.f["body"], fr)
         elif k == "def":
             if not fr.is_module:
-                qual = f"{fr.func.split(':', 1)[-1]}.<locals>.{st.f['name']}" if False else None
                 ref = self._nested_ref(fr, st)
                 self._assign_name(fr, st.f["name"], self.dom.const(ref) if ref else self.dom.OPAQUE)
             else:
@@ -581,8 +580,6 @@ class Interp:
                 else_mask.append(0)
                 continue
             t, f = may_true(cond.sets[i]), may_false(cond.sets[i])
-            if any(v is OPAQUE or isinstance(v, Unres) for v in cond.sets[i]) and t and f:
-                pass
             then_mask.append(0 if not t else (m if not f else 2))
             else_mask.append(0 if not f else (m if not t else 2))
         nar = self._narrowing(st.f["test"], fr)
@@ -829,8 +826,6 @@ class Interp:
             return self.dom.OPAQUE
         if isinstance(v, (FrozenDict, str, tuple)):
             return self.dom.const(_MethodOf(v, attr))
-        if isinstance(v, tuple) and len(v) == 2 and all(isinstance(x, int) for x in v):
-            return self.dom.OPAQUE
         if isinstance(v, _CapProps):
             return self.dom.const({"major": v.major, "minor": v.minor}.get(attr, OPAQUE))
         return self.dom.OPAQUE
@@ -890,33 +885,24 @@ class Interp:
         return self._and(left, right) if n.f["op"] == "and" else self._or(left, right)
 
     def _and(self, a: AV, b: AV) -> AV:
-        sets = []
-        for sa, sb in zip(a.sets, b.sets):
-            acc = set()
-            for x in sa:
-                t = truth(x)
-                if t is False:
-                    acc.add(x)
-                elif t is True:
-                    acc |= sb
-                else:
-                    acc.add(x)
-                    acc |= sb
-            sets.append(cap(frozenset(acc)))
-        return AV(tuple(sets))
+        return self._boolop(a, b, short_circuit_on=False)
 
     def _or(self, a: AV, b: AV) -> AV:
+        return self._boolop(a, b, short_circuit_on=True)
+
+    def _boolop(self, a: AV, b: AV, short_circuit_on: bool) -> AV:
+        """`a and b` (short_circuit_on=False) or `a or b` (True), per possibility."""
         sets = []
         for sa, sb in zip(a.sets, b.sets):
             acc = set()
             for x in sa:
                 t = truth(x)
-                if t is True:
+                if t is short_circuit_on:
                     acc.add(x)
-                elif t is False:
+                elif t is None:
+                    acc.add(x)
                     acc |= sb
                 else:
-                    acc.add(x)
                     acc |= sb
             sets.append(cap(frozenset(acc)))
         return AV(tuple(sets))
@@ -1110,7 +1096,6 @@ class Interp:
             kw.update(kwargs)
             return self._call1(f.func, [*f.args, *args], kw, callee_name)
         if isinstance(f, ClassRef):
-            init = self.class_member(f, "__call__")  # noqa: F841 - instances are what we model
             return self.dom.const(Instance(f))
         if isinstance(f, _Identity):
             return args[0] if args else self.dom.const(f)
