@@ -69,3 +69,95 @@ class Gate:
 
     def sort_key(self):
         return (self.path, self.line, self.col, self.kind, self.expr)
+
+
+# Verdicts for a gate that excludes a target (issue 5)
+SOFTWARE_ONLY = "software-only"
+PARTIAL = "partial"
+HARDWARE_BOUND = "hardware-bound"
+BINARY_ONLY = "binary-only"
+UNRESOLVED = "unresolved"
+
+VERDICTS = (SOFTWARE_ONLY, PARTIAL, HARDWARE_BOUND, BINARY_ONLY, UNRESOLVED)
+
+
+@dataclass(frozen=True)
+class Link:
+    """One step of the chain from a gate to the code it controls."""
+
+    kind: str  # "call" | "region" | "jit-module" | "source" | "include" | "flags" | "export" | "launch"
+    path: str
+    line: int
+    text: str  # what is at that step: callee name, module name, file
+    how: str = ""  # how the link was established: "import", "self-method", "constant", ...
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "path": self.path, "line": self.line, "text": self.text, "how": self.how}
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """A source line that decides a verdict: an instruction, a stub, a shared-memory request."""
+
+    path: str
+    line: int
+    feature: str  # rule id or kind ("wgmma", "trap-stub", "empty-stub", "smem")
+    supported_on: tuple[str, ...] = ()  # compile targets / GPUs that have the feature
+    message: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "line": self.line, "feature": self.feature,
+                "supported_on": list(self.supported_on), "message": self.message}
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """A kernel or exported entry point of a JIT module, real or stub for the target."""
+
+    name: str
+    path: str
+    line: int
+    status: str  # "real" | "empty-stub" | "trap-stub" | "unknown"
+    guard_line: int | None = None  # the #if that leaves the body empty for the target
+
+    def to_json(self) -> dict[str, Any]:
+        d = {"name": self.name, "path": self.path, "line": self.line, "status": self.status}
+        if self.guard_line is not None:
+            d["guard_line"] = self.guard_line
+        return d
+
+
+@dataclass
+class ModuleVerdict:
+    """A JIT module behind a gate, judged for one compile target."""
+
+    name: str
+    sources: list[str]
+    compile_target: str  # e.g. "sm_120f": what the JIT would pass for the GPU
+    prediction: str  # "builds" | "fails" | "stub" | "unknown" | "binary"
+    kernels: list[Kernel] = field(default_factory=list)
+    entry_points: dict[str, str] = field(default_factory=dict)  # exported name -> "real" | "stub" | ...
+    reason: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "sources": list(self.sources), "compile_target": self.compile_target,
+                "prediction": self.prediction, "kernels": [k.to_json() for k in self.kernels],
+                "entry_points": dict(sorted(self.entry_points.items())), "reason": self.reason}
+
+
+@dataclass
+class Finding:
+    """A gate that excludes a target, classified with its evidence."""
+
+    gate: Gate
+    target: str  # GPU, e.g. "sm_120"
+    verdict: str  # one of VERDICTS
+    modules: list[ModuleVerdict] = field(default_factory=list)
+    chain: list[Link] = field(default_factory=list)
+    evidence: list[Evidence] = field(default_factory=list)
+    reason: str = ""  # why (always for unresolved, a one-line summary otherwise)
+    patch: str | None = None  # unified diff for software-only gates
+    feature: str = ""  # the feature/JIT-module group this finding belongs to, for the patch plan
+
+    def sort_key(self):
+        return (self.target, *self.gate.sort_key())

@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .model import Diagnostic, Gate
+from .model import Diagnostic, Finding, Gate
 from .python.gates import find_python_gates
 from .python.index import Index
 from .sources import Distribution, Source, WheelSource, open_source
@@ -25,6 +25,7 @@ class ScanResult:
     gates: list[Gate]
     diagnostics: list[Diagnostic]
     targets: list[TargetRequest] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)  # gate x target verdicts (issue 5)
     stats: dict = field(default_factory=dict)
 
 
