@@ -668,8 +668,18 @@ class Interp:
         reach = [i for i, m in enumerate(fr.mask) if m]
         sets = informative_sets(av, reach)
         if reach and self._truth_varies(av, sets):
+            truth = [(may_true(s), may_false(s)) for s in sets]
+            definite = {t for t, f in truth if t != f}
+            if len(definite) == 1 and any(t and f for t, f in truth):
+                # The GPUs that decide one way for sure agree; on the others the outcome also
+                # hangs on a non-architecture condition (a CUDA version, an env var). Read the
+                # test as the architecture test it is: those GPUs are the ones it singles out.
+                t0 = next(iter(definite))
+                truth = [(not t0, t0) if (t and f) else (t, f) for t, f in truth]
+                via.add("environment-dependent on " + ", ".join(
+                    self.gpus[i].name for i, s in zip(reach, sets) if may_true(s) and may_false(s)))
             admits = frozenset(
-                self.gpus[i].name for i, s in zip(reach, sets) if (may_true(s) if positive else may_false(s))
+                self.gpus[i].name for i, (t, f) in zip(reach, truth) if (t if positive else f)
             )
             kind = self._classify(test, fr)
             self._record(fr, st, kind, admits, has_unres(av), sorted(via), region, expr_node=test)
@@ -1037,6 +1047,9 @@ class Interp:
         return self.dom.map2(self._cap_sm, arg, cmp)
 
     def _arch_list_call(self, n: N, fr: Frame, rule: dict, lst: AV) -> AV:
+        if all(v is None for s in lst.sets for v in s):
+            # an explicit None means "every architecture of the build": no restriction, no gate
+            return self.dom.const(ArchFlags(frozenset(g.name for g in self.gpus)))
         admits_per: set = set()
         ok = True
         for s in lst.sets:
