@@ -10,12 +10,30 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .model import Diagnostic, Finding, Gate
+from .cuda.runtime_checks import scan_runtime_checks
 from .python.gates import find_python_gates
 from .python.index import Index
-from .sources import Distribution, Source, WheelSource, open_source
+from .sources import Distribution, Source, SourceError, WheelSource, open_source
 from .targets import Registry, TargetRequest, registry
 
 Progress = Callable[[str], None]
+CPP_SUFFIXES = (".cu", ".cuh", ".h", ".hpp", ".cc", ".cpp", ".cxx", ".inl")
+
+
+class _Reader:
+    """The CUDA side's reader protocol over a Source: bytes or None, never an exception."""
+
+    def __init__(self, source: Source):
+        self.source = source
+
+    def read(self, rel: str) -> bytes | None:
+        try:
+            return self.source.read(rel)
+        except (OSError, SourceError):
+            return None
+
+    def exists(self, rel: str) -> bool:
+        return self.read(rel) is not None
 
 
 @dataclass
@@ -85,6 +103,11 @@ def scan(path, targets: list[TargetRequest] | None = None, reg: Registry | None 
     gscan = run_with_big_stack(
         lambda: find_python_gates(source, index, reg, package_resolver(source, dists), progress=say)
     )
+    say("looking for architecture checks in C++ host code")
+    cpp_gates = scan_runtime_checks(_Reader(source), [f for f in files if f.endswith(CPP_SUFFIXES)])
+    pkg_of = package_resolver(source, dists)
+    for g in cpp_gates:
+        g.package = pkg_of(g.path)
     budget = [
         Diagnostic(index.path_of.get(m, m), "analysis-budget",
                    f"evaluation of {m + '.' + q if q else m} stopped at the step budget; gates after that point may be missing")
@@ -103,7 +126,7 @@ def scan(path, targets: list[TargetRequest] | None = None, reg: Registry | None 
     return ScanResult(
         root=str(path) if path is not None else source.label,
         packages=dists,
-        gates=gscan.gates,
+        gates=sorted(gscan.gates + cpp_gates, key=Gate.sort_key),
         diagnostics=diags,
         targets=list(targets or []),
         stats=stats,
