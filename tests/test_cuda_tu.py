@@ -145,3 +145,15 @@ def test_results_are_plain_data(project):
 
     ff = project.facts("family_trap.cu")
     assert pickle.loads(pickle.dumps(ff)).kernels == ff.kernels
+
+
+def test_exports_map_entry_points_to_kernels(project):
+    r = analyse(project, "exports_partial.cu", "sm_120f")
+    assert {k: (e.function, e.line, e.kernels) for k, e in r.exports.items()} == {
+        "fused_norm": ("fused_norm", 24, ["norm_kernel"]),
+        "plain_reduce": ("plain_reduce", 25, ["reduce_kernel"]),
+    }
+    assert [(k.name, k.status, k.guard_line) for k in r.kernels] == [
+        ("norm_kernel", "empty", 7), ("reduce_kernel", "real", None)]
+    r90 = analyse(project, "exports_partial.cu", "sm_90a")
+    assert [(k.name, k.status) for k in r90.kernels] == [("norm_kernel", "real"), ("reduce_kernel", "real")]

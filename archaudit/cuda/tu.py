@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -99,6 +100,31 @@ class Guard:
 
 
 @dataclass
+class Export:
+    function: str  # the C++ function behind the exported name
+    line: int
+    kernels: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"function": self.function, "line": self.line, "kernels": list(self.kernels)}
+
+
+# exported name -> C++ function, for the binding styles JIT modules use
+_EXPORT_RES = (
+    re.compile(r"\bTVM_FFI_DLL_EXPORT_TYPED_FUNC\s*\(\s*(\w+)\s*,\s*&?\s*([\w:]+)"),
+    re.compile(r"\b(?:m|module)\s*\.\s*(?:def|impl)\s*\(\s*\"(\w+)\"\s*,\s*(?:torch::dispatch\s*\([^,]*,\s*)?&?\s*([\w:]+)"),
+)
+
+
+def _exports(text: str) -> dict[str, tuple[str, int]]:
+    out: dict[str, tuple[str, int]] = {}
+    for rx in _EXPORT_RES:
+        for m in rx.finditer(text):
+            out.setdefault(m.group(1), (m.group(2).split("::")[-1], text.count("\n", 0, m.start()) + 1))
+    return out
+
+
+@dataclass
 class TuResult:
     file: str
     target: str
@@ -112,6 +138,9 @@ class TuResult:
     diagnostics: list[Diagnostic] = field(default_factory=list)
     closure: list[str] = field(default_factory=list)
     unknowns: list[str] = field(default_factory=list)  # every reason that could make it unknown
+    # functions the TU exports to Python (TVM-FFI, pybind11, torch ops): exported name ->
+    # (C++ function, line, kernels reached from it by name through the active code)
+    exports: dict[str, Export] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -127,6 +156,7 @@ class TuResult:
             "unknowns": list(self.unknowns),
             "diagnostics": [d.to_json() for d in self.diagnostics],
             "closure_size": len(self.closure),
+            "exports": {k: v.to_json() for k, v in sorted(self.exports.items())},
         }
 
 
@@ -266,8 +296,10 @@ def _kernel_macro(words, macros: dict[str, Macro]) -> bool:
     return False
 
 
-def _reach(proj: CudaProject, relpath: str, pr: PreprocResult, facts: dict[str, F.FileFacts]) -> set[tuple[str, int]]:
-    """(path, top-level owner) pairs reached by name from the TU's roots (see module doc)."""
+def _reach(proj: CudaProject, relpath: str, pr: PreprocResult, facts: dict[str, F.FileFacts],
+           only_from: frozenset[str] | None = None) -> set[tuple[str, int]]:
+    """(path, top-level owner) pairs reached by name from the TU's roots (see module doc).
+    only_from: start from the functions of these names instead (an exported entry point)."""
     name_index: dict[str, list[tuple[str, int]]] = {}
     roots: list[tuple[str, int]] = []
     seed_tokens: set[str] = set()
@@ -281,9 +313,12 @@ def _reach(proj: CudaProject, relpath: str, pr: PreprocResult, facts: dict[str, 
                 name_index.setdefault(name, []).append((path, i))
                 if o.qual:  # out-of-line member definition: reached with its class
                     name_index.setdefault(o.qual.split("::")[-1], []).append((path, i))
-                if not o.template and o.kind == "func" and (not o.device_only or o.kernel):
+                if only_from is not None:
+                    if name in only_from and path == relpath:
+                        roots.append((path, i))
+                elif not o.template and o.kind == "func" and (not o.device_only or o.kernel):
                     roots.append((path, i))
-        if path == relpath:
+        if path == relpath and only_from is None:
             for (idx, rid), toks in ff.tokens.items():
                 if states[rid] is False:
                     continue
@@ -521,6 +556,14 @@ def _judge(proj: CudaProject, relpath: str, target: CompileTarget, pr: PreprocRe
             maybe_blocking.append(fu)
         else:
             res.diagnostics.append(Diagnostic(path, "maybe-error", f"#error under an undecided non-architecture condition: {text[:120]}", line, "note"))
+
+    # entry points: which kernels each exported function reaches
+    own = proj.reader.read(relpath) or b""
+    kernel_names = {k.name for k in res.kernels}
+    for name, (fn, line) in _exports(own.decode("utf-8", "replace")).items():
+        got = _reach(proj, relpath, pr, facts, only_from=frozenset({fn}))
+        ks = sorted({facts[p].owners[i].name for p, i in got} & kernel_names)
+        res.exports[name] = Export(fn, line, ks)
 
     key = lambda f: (0 if f.path == relpath else 1, order.get(f.path, 1 << 30), f.line)
     res.blocking.sort(key=key)
