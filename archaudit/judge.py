@@ -1,0 +1,206 @@
+"""Verdicts: for each gate that excludes a target, what stands behind it and whether the target
+could run it (DESIGN.md 3.7).
+
+The call graph says which JIT modules a gate controls (and which entry points of each the guarded
+path calls); the CUDA engine says, per source and compile target, whether the active code builds,
+which kernels are stubs and which kernels each exported entry point reaches. This module only
+joins the two:
+
+  fails on any source behind the gate              -> hardware-bound (the blocking line)
+  every kernel the guarded path reaches is a stub  -> hardware-bound (the stub)
+  some reached kernels are stubs, others real      -> partial (each stub with its guard line)
+  every reached kernel is real, every source read  -> software-only (+ patch)
+  prebuilt code only                               -> binary-only
+  anything that could not be followed              -> unresolved, with the reason
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from .model import (BINARY_ONLY, HARDWARE_BOUND, PARTIAL, SOFTWARE_ONLY, UNRESOLVED, Evidence, Finding, Gate,
+                    Kernel, Link, ModuleVerdict)
+from .targets import CompileTarget, Gpu, Registry
+
+
+@dataclass
+class ModuleRef:
+    """A JIT module the call graph found behind a gate."""
+
+    name: str
+    sources: list[str]  # paths relative to the scan root, resolved to real files
+    chain: list[Link] = field(default_factory=list)  # gate -> ... -> the build call
+    entry_points: frozenset[str] | None = None  # names called on the built module; None: unknown
+    unresolved: list[str] = field(default_factory=list)  # sources or flags that could not be followed
+    include_roots: list[str] = field(default_factory=list)
+    defines: dict[str, str] = field(default_factory=dict)
+    flags_gate: tuple[str, int] | None = None  # the arch-list gate feeding its nvcc flags
+    binary: dict | None = None  # prebuilt code: {"artifact", "archs": {...}, "runs": "sass"|"ptx-jit"|"no"}
+
+
+@dataclass
+class Behind:
+    modules: list[ModuleRef] = field(default_factory=list)
+    reason: str = ""  # why nothing (more) could be followed
+    chain: list[Link] = field(default_factory=list)  # links common to every module (gate region)
+
+
+BehindFn = Callable[[Gate], Behind]
+
+
+class TuCache:
+    """TU analyses shared by every finding of a scan: (source, compile target, defines) -> TuResult."""
+
+    def __init__(self, project):
+        self.project = project
+        self._got: dict = {}
+
+    def analyse(self, src: str, ct: CompileTarget, roots: Iterable[str] = (), defines: dict | None = None):
+        key = (src, ct.name, tuple(roots), tuple(sorted((defines or {}).items())))
+        r = self._got.get(key)
+        if r is None:
+            r = self._got[key] = self.project.analyse_tu(src, ct, list(roots) or None, dict(defines or {}) or None)
+        return r
+
+
+@dataclass
+class ModuleJudgement:
+    verdict: ModuleVerdict
+    evidence: list[Evidence]  # blocking lines when the module fails
+    entry_kernels: dict[str, list[str]]  # exported name -> kernels it reaches
+
+
+def judge_module(ref: ModuleRef, ct: CompileTarget, tus: TuCache) -> ModuleJudgement:
+    """One JIT module for one compile target: its prediction, kernels and entry points."""
+    mv = ModuleVerdict(ref.name, list(ref.sources), ct.name, "builds")
+    out = ModuleJudgement(mv, [], {})
+    if ref.binary is not None:
+        mv.prediction = "binary"
+        mv.reason = ref.binary.get("reason", "prebuilt code")
+        return out
+    if ref.unresolved or not ref.sources:
+        mv.prediction = "unknown"
+        mv.reason = "; ".join(ref.unresolved) or "no source file resolved"
+        return out
+    status_of: dict[str, Kernel] = {}
+    unknown: list[str] = []
+    for src in ref.sources:
+        tu = tus.analyse(src, ct, ref.include_roots, ref.defines)
+        for k in tu.kernels:
+            status = {"empty": "empty-stub", "trap": "trap-stub"}.get(k.status, k.status)
+            prev = status_of.get(k.name)
+            # one name, several instantiations or files: the worst status speaks for it
+            if prev is None or (prev.status == "real" and status != "real"):
+                status_of[k.name] = Kernel(k.name, k.path, k.line, status, k.guard_line)
+        for name, e in tu.exports.items():
+            out.entry_kernels[name] = list(e.kernels)
+        if tu.prediction == "fails":
+            mv.prediction = "fails"
+            mv.reason = mv.reason or tu.reason
+            for b in tu.blocking:
+                if b.kind in ("ptx", "intrinsic", "error"):
+                    out.evidence.append(Evidence(b.path, b.line, b.feature, tuple(b.supported_on), b.text))
+        elif tu.prediction == "unknown":
+            unknown.append(f"{src}: {tu.reason}")
+    mv.kernels = sorted(status_of.values(), key=lambda k: (k.path, k.line, k.name))
+    for name, ks in out.entry_kernels.items():
+        sts = {status_of[k].status for k in ks if k in status_of}
+        mv.entry_points[name] = _combine(sts)
+    if mv.prediction != "fails" and unknown:
+        mv.prediction = "unknown"
+        mv.reason = "; ".join(unknown)
+    elif mv.prediction == "builds":
+        if mv.kernels and all(k.status in STUBS for k in mv.kernels):
+            mv.prediction = "stub"
+            mv.reason = f"every kernel is a stub on {ct.name}"
+        else:
+            mv.reason = f"every source builds for {ct.name}"
+    return out
+
+
+STUBS = ("empty-stub", "trap-stub")
+
+
+def _combine(statuses: set[str]) -> str:
+    if not statuses:
+        return "real"  # an entry point that launches no kernel (host-only work)
+    if statuses <= set(STUBS):
+        return "stub"
+    if statuses & set(STUBS):
+        return "partial"
+    return "unknown" if "unknown" in statuses else "real"
+
+
+def reached_kernels(mj: ModuleJudgement, entry_points: frozenset[str] | None) -> tuple[list[Kernel], bool]:
+    """Kernels the guarded path can reach: those of the entry points it calls when every one of
+    them is a known export, else every kernel of the module. The flag says which."""
+    mv = mj.verdict
+    if entry_points and all(e in mj.entry_kernels for e in entry_points):
+        names = {k for e in entry_points for k in mj.entry_kernels[e]}
+        return [k for k in mv.kernels if k.name in names], True
+    return list(mv.kernels), False
+
+
+def classify(gate: Gate, gpu: Gpu, ct: CompileTarget, behind: Behind, tus: TuCache) -> Finding:
+    """The verdict for one gate that excludes `gpu`."""
+    f = Finding(gate, gpu.name, UNRESOLVED, chain=list(behind.chain))
+    if not behind.modules:
+        f.reason = behind.reason or "no JIT module or prebuilt binary found behind the gate"
+        return f
+    verdicts: list[str] = []
+    reasons: list[str] = []
+    for ref in behind.modules:
+        mj = judge_module(ref, ct, tus)
+        mv = mj.verdict
+        f.modules.append(mv)
+        f.chain.extend(ref.chain)
+        if mv.prediction == "binary":
+            verdicts.append(BINARY_ONLY)
+            reasons.append(f"{ref.name}: {mv.reason}")
+        elif mv.prediction == "unknown":
+            verdicts.append(UNRESOLVED)
+            reasons.append(f"{ref.name}: {mv.reason}")
+        elif mv.prediction == "fails":
+            verdicts.append(HARDWARE_BOUND)
+            f.evidence.extend(mj.evidence)
+            reasons.append(f"{ref.name}: {mv.reason}")
+        else:
+            kernels, narrowed = reached_kernels(mj, ref.entry_points)
+            stubs = [k for k in kernels if k.status in STUBS]
+            real = [k for k in kernels if k.status == "real"]
+            undecided = [k for k in kernels if k.status not in STUBS and k.status != "real"]
+            scope = (f"entry point(s) {', '.join(sorted(ref.entry_points))}" if narrowed else "the module")
+            for k in stubs:
+                f.evidence.append(Evidence(k.path, k.guard_line or k.line, k.status, (),
+                                           f"kernel {k.name} (line {k.line}) is an "
+                                           f"{'empty kernel that silently does nothing' if k.status == 'empty-stub' else 'trap'}"
+                                           f" on {ct.name}" + (f": body excluded by the guard at line {k.guard_line}"
+                                                               if k.guard_line else "")))
+            if undecided and not stubs:
+                verdicts.append(UNRESOLVED)
+                reasons.append(f"{ref.name}: kernel(s) {', '.join(k.name for k in undecided)} are under conditions "
+                               f"that could not be decided for {ct.name}")
+            elif stubs and not real:
+                verdicts.append(HARDWARE_BOUND)
+                reasons.append(f"{ref.name}: every kernel {scope} reaches is a stub on {ct.name}")
+            elif stubs:
+                verdicts.append(PARTIAL)
+                safe = sorted(e for e, st in mv.entry_points.items() if st == "real")
+                reasons.append(f"{ref.name}: {len(stubs)} kernel(s) {scope} reaches are stubs on {ct.name} "
+                               f"({', '.join(k.name for k in stubs)}); entry points real on {ct.name}: "
+                               f"{', '.join(safe) or 'none'}")
+            else:
+                verdicts.append(SOFTWARE_ONLY)
+                reasons.append(f"{ref.name}: {mv.reason}" + (f"; {scope} reaches only real kernels" if narrowed else ""))
+    if behind.reason:
+        verdicts.append(UNRESOLVED)
+        reasons.append(behind.reason)
+    # the strongest statement the evidence supports: a hardware line anywhere behind the gate
+    # decides; otherwise anything unknown makes the whole unresolved
+    for v in (HARDWARE_BOUND, UNRESOLVED, BINARY_ONLY, PARTIAL, SOFTWARE_ONLY):
+        if v in verdicts:
+            f.verdict = v
+            break
+    f.reason = "; ".join(reasons)
+    f.feature = ", ".join(sorted({m.name for m in behind.modules}))
+    return f

@@ -1,0 +1,335 @@
+"""Patches for software-only gates: the smallest edit that makes a gate admit the target, in the
+code's own style, checked by evaluating the patched function again before it is offered.
+
+- an architecture list (`supported_major_versions=[9, 10]`, or the constant it names) gets the
+  target's major;
+- a predicate or flag test (`is_sm90 or is_sm100`) is extended with the same predicate spelled for
+  the target (`is_sm120`, `is_sm12x`, ...) when that name exists in scope, else with an explicit
+  capability test when the module imports torch.
+
+Every candidate is applied in memory and the gate's function is evaluated again: a patch is
+offered only if the gate then admits the target. The parse uses Python's `ast` on the text of
+one expression; nothing scanned is ever executed.
+"""
+from __future__ import annotations
+
+import ast
+import difflib
+import re
+from dataclasses import dataclass
+
+from .model import ARCH_LIST, CAPABILITY_COMPARE, FLAG, PREDICATE_CALL, Gate
+from .sources import Source
+from .targets import Gpu, Registry
+
+
+@dataclass
+class Patch:
+    path: str
+    diff: str | None  # unified diff, paths relative to the scan root (apply with patch -p0)
+    description: str  # what the edit does, or why there is none
+
+
+class OverlaySource(Source):
+    """A Source with some files replaced in memory (for re-evaluating a patched module)."""
+
+    def __init__(self, base: Source, replaced: dict[str, bytes]):
+        super().__init__()
+        self.base = base
+        self.replaced = replaced
+        self.label = base.label
+
+    def files(self):
+        return self.base.files()
+
+    def read(self, rel):
+        if rel in self.replaced:
+            return self.replaced[rel]
+        return self.base.read(rel)
+
+    def exists(self, rel):
+        return rel in self.replaced or self.base.exists(rel)
+
+    def is_dir(self, rel):
+        return self.base.is_dir(rel)
+
+
+def unified_diff(path: str, old: str, new: str) -> str:
+    lines = difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
+                                 fromfile=path, tofile=path, n=3)
+    return "".join(x if x.endswith("\n") else x + "\n\\ No newline at end of file\n" for x in lines)
+
+
+def _offset(text: str, line: int, col: int) -> int:
+    """Character offset of a 1-based line and 1-based column."""
+    starts = [0]
+    for m in re.finditer("\n", text):
+        starts.append(m.end())
+    return starts[line - 1] + col - 1
+
+
+def _expr_span(text: str, gate: Gate) -> tuple[int, int, ast.expr] | None:
+    """The gate's expression in the file: (start, end, ast) by growing a span from the gate's
+    position until it parses as the expression the gate records."""
+    start = _offset(text, gate.line, gate.col)
+    want = " ".join(gate.expr.split())
+    # the recorded text is the expression with whitespace collapsed: match it token by token
+    pattern = r"\s*".join(re.escape(tok) for tok in re.findall(r"\w+|[^\w\s]", want))
+    m = re.compile(pattern).match(text, start)
+    if not m:
+        return None
+    src = text[m.start():m.end()]
+    try:
+        node = ast.parse("(" + src + "\n)", mode="eval").body
+    except SyntaxError:
+        return None
+    return m.start(), m.end(), node
+
+
+_PRED_ATOM = re.compile(r"is_sm(\d+)([a-z]?)(_supported)?$")
+
+
+def _atom_name(n: ast.expr) -> tuple[str, ast.expr] | None:
+    """The predicate name an atom uses: `x.is_sm100`, `is_sm100_supported(d)`, `_is_sm90`."""
+    core = n.func if isinstance(n, ast.Call) else n
+    if isinstance(core, ast.Attribute):
+        return core.attr, core
+    if isinstance(core, ast.Name):
+        return core.id, core
+    return None
+
+
+def _candidates(name: str, gpu: Gpu) -> list[str]:
+    m = re.search(r"is_sm(\d+)([a-z]?)", name)
+    if not m:
+        return []
+    out = []
+    digits = f"{gpu.major}{gpu.minor}"
+    for spelled in (digits, f"{gpu.major}x", f"{digits}a", f"{digits}f", f"{gpu.major}"):
+        cand = name[:m.start(1)] + spelled + name[m.end(2):]
+        if cand != name and cand not in out:
+            out.append(cand)
+    return out
+
+
+class Patcher:
+    def __init__(self, source: Source, index, reg: Registry, evaluate, binding=None):
+        """evaluate(source, gate) -> the gate at the same place after re-evaluating its function
+        over `source`, or None when it is gone."""
+        self.source = source
+        self.index = index
+        self.reg = reg
+        self.evaluate = evaluate
+        self.binding = binding  # (module, name) -> the value bound there, None when unbound
+
+    def patch(self, gate: Gate, gpu: Gpu) -> Patch:
+        data = self.source.read(gate.path)
+        if data is None:
+            return Patch(gate.path, None, "cannot read the file")
+        text = data.decode("utf-8", "surrogateescape")
+        edits = self._arch_list_edits(text, gate, gpu) if gate.kind == ARCH_LIST else (
+            self._predicate_edits(text, gate, gpu) if gate.kind in (FLAG, PREDICATE_CALL, CAPABILITY_COMPARE) else [])
+        if not edits:
+            return Patch(gate.path, None, f"no edit known for a {gate.kind} gate of this shape")
+        tried = []
+        for path, new_text, what in edits:
+            old_text = text if path == gate.path else (self.source.read(path) or b"").decode("utf-8", "surrogateescape")
+            overlay = OverlaySource(self.source, {path: new_text.encode("utf-8", "surrogateescape")})
+            after = self.evaluate(overlay, gate)
+            tried.append(what)
+            if after is not None and self._verified(gate, after, gpu):
+                return Patch(path, unified_diff(path, old_text, new_text), what)
+        return Patch(gate.path, None, "no candidate edit made the gate admit " + gpu.name + " when re-evaluated: "
+                     + "; ".join(tried))
+
+    def _verified(self, before: Gate, after: Gate, gpu: Gpu) -> bool:
+        # The edit must admit the target, keep what was admitted and add nothing beyond the
+        # target's major (an undefined name is "unknown" and would admit everything). A name
+        # known only by a name rule is not proof that it exists in scope.
+        added = set(after.admits) - set(before.admits)
+        same_major = {g.name for g in self.reg.gpus if g.major == gpu.major}
+        new_rules = {v for v in after.via if v.startswith("name-rule")} - set(before.via)
+        return (after.resolved and not new_rules and gpu.name in after.admits
+                and set(before.admits) <= set(after.admits) and added <= same_major)
+
+    def _same_shape(self, gate: Gate, name: str, cand: str) -> bool:
+        """A bare-name candidate must be bound in the gate's module and, when both are plain
+        functions, take the same required arguments as the name it stands beside."""
+        if self.binding is None:
+            return True
+        modname = self.index.module_of_path.get(gate.path)
+        new = self.binding(modname, cand) if modname else None
+        if new is None:
+            return False
+        old = self.binding(modname, name)
+        if old is None:
+            return True
+        return _required_params(self.index, old) == _required_params(self.index, new)
+
+    # -- architecture lists
+    def _arch_list_edits(self, text: str, gate: Gate, gpu: Gpu) -> list[tuple[str, str, str]]:
+        span = _expr_span(text, gate)
+        if span is None:
+            return []
+        start, end, call = span
+        if not isinstance(call, ast.Call):
+            return []
+        for kw in call.keywords:
+            if kw.arg == "supported_major_versions":
+                val = kw.value
+                break
+        else:
+            return []
+        src = text[start:end]
+        if isinstance(val, (ast.List, ast.Tuple)):
+            lo, hi = _node_span("(" + src + "\n)", val)
+            lo, hi = start + lo - 1, start + hi - 1
+            new_list = _insert_major(text[lo:hi], gpu.major)
+            if new_list is None:
+                return []
+            return [(gate.path, text[:lo] + new_list + text[hi:], f"add {gpu.major} to {text[lo:hi]}")]
+        # a constant: list(NAME) or NAME, defined at module level in this file
+        name = val.args[0].id if (isinstance(val, ast.Call) and val.args and isinstance(val.args[0], ast.Name)) else (
+            val.id if isinstance(val, ast.Name) else None)
+        if name is None:
+            return []
+        m = re.search(rf"^{re.escape(name)}\s*(?::[^=\n]*)?=\s*([\[\(][^\]\)]*[\]\)])", text, re.M)
+        if not m:
+            return []
+        new_list = _insert_major(m.group(1), gpu.major)
+        if new_list is None:
+            return []
+        return [(gate.path, text[:m.start(1)] + new_list + text[m.end(1):],
+                 f"add {gpu.major} to the constant {name} = {m.group(1)} (every user of {name} changes with it)")]
+
+    # -- predicates and flags
+    def _predicate_edits(self, text: str, gate: Gate, gpu: Gpu) -> list[tuple[str, str, str]]:
+        span = _expr_span(text, gate)
+        if span is None:
+            return []
+        start, end, expr = span
+        src = "(" + text[start:end] + "\n)"
+        out = []
+        callees = {id(n.func) for n in ast.walk(expr) if isinstance(n, ast.Call)}
+        atoms = [n for n in ast.walk(expr)
+                 if id(n) not in callees and _atom_name(n) and _PRED_ATOM.search(_atom_name(n)[0] or "")]
+        atoms.sort(key=lambda n: (n.lineno, n.col_offset))
+        # extend the last predicate atom with the same predicate spelled for the target
+        seen = set()
+        for atom in reversed(atoms):
+            name, core = _atom_name(atom)
+            lo, hi = _node_span(src, atom)
+            atom_src = src[lo:hi]
+            c_lo, c_hi = _node_span(src, core)
+            for cand in _candidates(name, gpu):
+                if isinstance(core, ast.Name) and not self._same_shape(gate, name, cand):
+                    continue
+                core_src = src[c_lo:c_hi]
+                new_atom = atom_src[:c_lo - lo] + core_src[: len(core_src) - len(name)] + cand + atom_src[c_hi - lo:]
+                if new_atom in seen:
+                    continue
+                seen.add(new_atom)
+                out.append(self._or_edit(text, start, src, expr, atom, new_atom, gate))
+        # `major in (9, 10)`: the target's major joins the literal
+        for n in ast.walk(expr):
+            if (isinstance(n, ast.Compare) and len(n.ops) == 1 and isinstance(n.ops[0], ast.In)
+                    and isinstance(n.comparators[0], (ast.Tuple, ast.List, ast.Set))):
+                lo, hi = _node_span(src, n.comparators[0])
+                new_list = _insert_major(src[lo:hi], gpu.major)
+                if new_list is not None:
+                    a, b = start + lo - 1, start + hi - 1
+                    out.append((gate.path, text[:a] + new_list + text[b:], f"add {gpu.major} to {src[lo:hi]}"))
+        # an explicit capability test, when the module has torch at hand
+        if re.search(r"^\s*import torch\b", text, re.M) and atoms:
+            test = f"torch.cuda.get_device_capability()[0] == {gpu.major}"
+            out.append(self._or_edit(text, start, src, expr, atoms[-1], test, gate))
+        return [e for e in out if e is not None]
+
+    def _or_edit(self, text, start, src, expr, atom, new_atom, gate):
+        """`... atom ...` -> `... atom or new_atom ...`, parenthesised unless atom is already an
+        operand of an `or`."""
+        parent = _parent_of(expr, atom)
+        lo, hi = _node_span(src, atom)
+        if isinstance(parent, ast.BoolOp) and isinstance(parent.op, ast.Or):
+            repl = f"{src[lo:hi]} or {new_atom}"
+        else:
+            repl = f"({src[lo:hi]} or {new_atom})"
+        a, b = start + lo - 1, start + hi - 1  # src starts with "("
+        return (gate.path, text[:a] + repl + text[b:], f"extend `{src[lo:hi]}` with `{new_atom}`")
+
+
+def _parent_of(root: ast.AST, child: ast.AST) -> ast.AST | None:
+    for n in ast.walk(root):
+        for c in ast.iter_child_nodes(n):
+            if c is child:
+                return n
+    return None
+
+
+def _node_span(src: str, node: ast.AST) -> tuple[int, int]:
+    return (_offset(src, node.lineno, node.col_offset + 1), _offset(src, node.end_lineno, node.end_col_offset + 1))
+
+
+def _insert_major(list_src: str, major: int) -> str | None:
+    """'[9, 10]' -> '[9, 10, 12]', in sorted position, keeping the list's separator style."""
+    inner = list_src[1:-1]
+    items = [x.strip() for x in inner.split(",") if x.strip()]
+    if not all(x.isdigit() for x in items):
+        return None
+    nums = [int(x) for x in items]
+    if major in nums:
+        return None
+    pos = sum(1 for x in nums if x < major)
+    sep = ", " if ", " in inner or len(items) < 2 else ","
+    new_items = items[:pos] + [str(major)] + items[pos:]
+    trailing = "," if inner.rstrip().endswith(",") and len(items) == 1 else ""
+    return list_src[0] + sep.join(new_items) + trailing + list_src[-1]
+
+
+def reevaluate_gate(source: Source, gate: Gate, reg: Registry, py_files: list[str], path_based: bool):
+    """The gate at gate's place after evaluating its function again over source, or None when
+    no gate is there any more."""
+    from .python.gates import _to_gates
+    from .python.index import Index
+    from .python.interp import Interp
+
+    index = Index(source, py_files, path_based=path_based)
+    modname = index.module_of_path.get(gate.path)
+    if modname is None:
+        return None
+    mod = index.module(modname, full=True)
+    if mod is None:
+        return None
+    interp = Interp(index, reg)
+    qual = gate.function[len(modname) + 1:] if gate.function.startswith(modname + ".") else None
+    node = mod.functions.get(qual) if qual else None
+    if node is not None:
+        interp.report_function(mod, qual, node)
+    else:
+        interp.report_module(modname)
+    for g in _to_gates(interp.gates, lambda p: None):
+        if (g.path, g.line) == (gate.path, gate.line):
+            return g
+    return None
+
+
+def _required_params(index, value) -> int | None:
+    """Required positional parameters of a plain function value, None for anything else."""
+    from .python.values import FuncRef
+
+    v = value.single() if hasattr(value, "single") else None
+    if not isinstance(v, FuncRef):
+        return None
+    mod = index.module(v.module, full=True)
+    node = mod.functions.get(v.qual) if mod is not None else None
+    if node is None:
+        return None
+    return sum(1 for _n, default, kind in node.f["params"] if default is None and kind not in ("*", "**", "kwonly"))
+
+
+def module_binding(index, reg: Registry):
+    """(module, name) -> value of a module-level name, for the patcher's scope checks."""
+    from .python.interp import Interp
+
+    interp = Interp(index, reg)
+    return lambda modname, name: interp.global_value(modname, name)
