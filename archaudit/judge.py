@@ -204,3 +204,44 @@ def classify(gate: Gate, gpu: Gpu, ct: CompileTarget, behind: Behind, tus: TuCac
     f.reason = "; ".join(reasons)
     f.feature = ", ".join(sorted({m.name for m in behind.modules}))
     return f
+
+
+def judge_gates(gates: list[Gate], gpus: list[tuple[Gpu, CompileTarget]], behind: BehindFn, tus: TuCache,
+                patcher=None, progress=None) -> list[Finding]:
+    """Every gate x target that the gate excludes, classified; software-only ones with a patch
+    plan that covers every gate on the chain."""
+    by_place = {(g.path, g.line): g for g in gates}
+    cache: dict[tuple[str, int], Behind] = {}
+    findings: list[Finding] = []
+    excluding = [(g, gpu, ct) for g in gates for gpu, ct in gpus if gpu.name not in g.admits]
+    for i, (g, gpu, ct) in enumerate(excluding):
+        if progress and i % 25 == 0:
+            progress(f"judging {i}/{len(excluding)} gate x target pairs")
+        b = cache.get((g.path, g.line))
+        if b is None:
+            b = cache[(g.path, g.line)] = behind(g)
+        f = classify(g, gpu, ct, b, tus)
+        if f.verdict == SOFTWARE_ONLY and patcher is not None:
+            _patch_plan(f, g, gpu, b, by_place, patcher)
+        findings.append(f)
+    return sorted(findings, key=Finding.sort_key)
+
+
+def _patch_plan(f: Finding, g: Gate, gpu: Gpu, b: Behind, by_place, patcher) -> None:
+    """The gate's own patch plus one for each gate further down the chain (the arch list feeding
+    a module's nvcc flags) that also excludes the target."""
+    plan = [g]
+    for ref in b.modules:
+        fg = by_place.get(ref.flags_gate) if ref.flags_gate else None
+        if fg is not None and fg is not g and gpu.name not in fg.admits and fg not in plan:
+            plan.append(fg)
+    diffs, notes = [], []
+    for pg in plan:
+        p = patcher.patch(pg, gpu)
+        if p.diff:
+            diffs.append(p.diff)
+            notes.append(f"{pg.path}:{pg.line}: {p.description}")
+        else:
+            notes.append(f"{pg.path}:{pg.line}: no patch ({p.description})")
+    f.patch = "".join(diffs) or None
+    f.reason += "; patch plan: " + "; ".join(notes)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 from .. import __version__
-from ..model import Gate
+from ..model import Finding, Gate
 from ..targets import Registry
 
 SCHEMA_VERSION = 1
@@ -30,6 +30,21 @@ def gate_to_json(g: Gate, reg: Registry, targets) -> dict:
     return d
 
 
+def finding_to_json(f: Finding) -> dict:
+    return {
+        "gate": {"path": f.gate.path, "line": f.gate.line, "col": f.gate.col, "function": f.gate.function,
+                 "kind": f.gate.kind, "expr": f.gate.expr},
+        "target": f.target,
+        "verdict": f.verdict,
+        "feature": f.feature,
+        "reason": f.reason,
+        "modules": [m.to_json() for m in f.modules],
+        "chain": [link.to_json() for link in f.chain],
+        "evidence": [e.to_json() for e in f.evidence],
+        "patch": f.patch,
+    }
+
+
 def to_json(result, reg: Registry) -> str:
     obj = {
         "schema_version": SCHEMA_VERSION,
@@ -41,6 +56,7 @@ def to_json(result, reg: Registry) -> str:
             for d in sorted(result.packages, key=lambda d: d.name.lower())
         ],
         "gates": [gate_to_json(g, reg, result.targets) for g in result.gates],
+        "findings": [finding_to_json(f) for f in sorted(result.findings, key=Finding.sort_key)],
         "diagnostics": [d.to_json() for d in result.diagnostics],
         "stats": {k: v for k, v in result.stats.items() if k != "seconds"},
     }
