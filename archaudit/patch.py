@@ -28,6 +28,7 @@ class Patch:
     path: str
     diff: str | None  # unified diff, paths relative to the scan root (apply with patch -p0)
     description: str  # what the edit does, or why there is none
+    new_text: str | None = None  # the whole patched file
 
 
 class OverlaySource(Source):
@@ -122,7 +123,17 @@ class Patcher:
         self.evaluate = evaluate
         self.binding = binding  # (module, name) -> the value bound there, None when unbound
 
-    def patch(self, gate: Gate, gpu: Gpu) -> Patch:
+    def patch(self, gate: Gate, gpu: Gpu, source: Source | None = None) -> Patch:
+        """source: where to read and evaluate (an overlay carrying earlier edits), default the scan."""
+        base = self.source
+        if source is not None:
+            self.source = source
+        try:
+            return self._patch(gate, gpu)
+        finally:
+            self.source = base
+
+    def _patch(self, gate: Gate, gpu: Gpu) -> Patch:
         data = self.source.read(gate.path)
         if data is None:
             return Patch(gate.path, None, "cannot read the file")
@@ -138,7 +149,7 @@ class Patcher:
             after = self.evaluate(overlay, gate)
             tried.append(what)
             if after is not None and self._verified(gate, after, gpu):
-                return Patch(path, unified_diff(path, old_text, new_text), what)
+                return Patch(path, unified_diff(path, old_text, new_text), what, new_text)
         return Patch(gate.path, None, "no candidate edit made the gate admit " + gpu.name + " when re-evaluated: "
                      + "; ".join(tried))
 
@@ -333,3 +344,24 @@ def module_binding(index, reg: Registry):
 
     interp = Interp(index, reg)
     return lambda modname, name: interp.global_value(modname, name)
+
+
+def combined_patch(patcher: Patcher, gates: list[Gate], gpu: Gpu) -> tuple[str, list[tuple[Gate, Patch]]]:
+    """One diff for many gates: edits are applied one after another in memory (later lines first,
+    so earlier positions stay valid) and each is verified on the text that carries the others."""
+    original: dict[str, str] = {}
+    current: dict[str, bytes] = {}
+    done: list[tuple[Gate, Patch]] = []
+    unique = {(g.path, g.line, g.col): g for g in gates}
+    for g in sorted(unique.values(), key=lambda g: (g.path, -g.line, -g.col)):
+        overlay = OverlaySource(patcher.source, current)
+        p = patcher.patch(g, gpu, overlay)
+        done.append((g, p))
+        if p.new_text is not None:
+            if p.path not in original:
+                data = patcher.source.read(p.path) or b""
+                original[p.path] = data.decode("utf-8", "surrogateescape")
+            current = {**current, p.path: p.new_text.encode("utf-8", "surrogateescape")}
+    diff = "".join(unified_diff(path, original[path], current[path].decode("utf-8", "surrogateescape"))
+                   for path in sorted(current))
+    return diff, sorted(done, key=lambda gp: (gp[0].path, gp[0].line))
