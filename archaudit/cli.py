@@ -80,10 +80,11 @@ def scan(path, targets, fmt, output, quiet):
 
 def _register_optional_commands() -> None:
     # Command groups that live in their own modules register here.
-    from . import cli_cuda, cli_rules
+    from . import cli_cuda, cli_graph, cli_rules
 
     cli_cuda.register(main)
     cli_rules.register(main)
+    cli_graph.register(main)
 
 
 _register_optional_commands()

@@ -1,0 +1,272 @@
+"""The call graph (networkx DiGraph), built on demand.
+
+Nodes: modules (`pkg.mod`), classes (`pkg.mod.Class`), functions and methods (`pkg.mod.Class.meth`,
+nested: `pkg.mod.f.<locals>.g`), names outside the scan (`torch.empty`, `<builtin>.len`), JIT
+modules (`<jit:NAME>`), and `<unresolved:REASON>` nodes for callees that could not be resolved.
+Edge data: `how` (the resolution rules of the first call site) and `sites`: [(path, line, how)].
+
+`expand(node)` computes one node's out-edges (parsing only the modules it reaches);
+`callers(qualname)` finds in-edges, parsing only modules whose bytes contain the callee's name;
+`build_all()` expands everything (what `callgraph --format pycg` needs).
+"""
+from __future__ import annotations
+
+import re
+from collections import deque
+from dataclasses import dataclass
+
+import networkx as nx
+
+from ..parsing.python_ir import N
+from ..python.index import Index, flatten_top
+from .resolve import Ctx, Ref, Resolver, iter_stmts, walk_exprs
+
+UNRESOLVED_PREFIX = "<unresolved:"
+
+
+def jit_node(key: str) -> str:
+    return f"<jit:{key}>"
+
+
+@dataclass(frozen=True)
+class Call:
+    """One resolved call site: caller node -> callee node."""
+
+    caller: str
+    callee: str
+    path: str
+    line: int
+    col: int
+    how: str
+    detail: str = ""
+    entry: str | None = None  # for calls on a built JIT module: the entry point's name
+
+
+class CallGraph:
+    def __init__(self, index: Index, resolver: Resolver | None = None):
+        self.index = index
+        self.r = resolver or Resolver(index)
+        self.g = nx.DiGraph()
+        self._expanded: set[str] = set()
+        self._calls: dict[str, list[Call]] = {}
+        self._callers_done: set[str] = set()
+
+    # ------------------------------------------------------------------ nodes
+    def _node(self, name: str, kind: str, path: str | None = None, line: int | None = None) -> None:
+        if name not in self.g:
+            self.g.add_node(name, kind=kind, path=path, line=line)
+
+    def _def_node(self, qualname: str) -> bool:
+        d = self.r.defn(qualname)
+        if d is None:
+            return False
+        mod, q, node, kind = d
+        self._node(qualname, kind, mod.path, node.line if node is not None else None)
+        return True
+
+    # ------------------------------------------------------------------ expansion
+    def expand(self, qualname: str) -> list[Call]:
+        """Out-edges of a module, class or function node (computed once)."""
+        if qualname in self._calls:
+            return self._calls[qualname]
+        self._calls[qualname] = []
+        ctx = self.r.ctx(qualname)
+        if ctx is None:
+            return []
+        self._def_node(qualname)
+        if ctx.kind == "function":
+            body = ctx.node.f["body"]
+            stmts = list(iter_stmts(body))
+        elif ctx.kind == "class":
+            stmts = list(flatten_top(ctx.node.f["body"]))
+        else:
+            stmts = list(flatten_top(ctx.mod.parsed.body))
+        calls: list[Call] = []
+        for st in stmts:
+            if st.k in ("def", "class"):
+                # evaluated in this scope when the definition runs: decorators, defaults, bases
+                roots = list(st.f.get("decorators", []))
+                if st.k == "def":
+                    roots += [d for _n, d, _k in st.f["params"] if d is not None]
+                else:
+                    roots += list(st.f["bases"])
+                for dec in st.f.get("decorators", []):
+                    calls.extend(self._decorator_calls(ctx, dec))
+                exprs = walk_exprs([x for x in roots])
+            else:
+                exprs = walk_exprs([v for key, v in st.f.items() if key not in ("body", "orelse", "handlers", "final")])
+            for e in exprs:
+                if e.k == "call":
+                    calls.extend(self._resolve_call(ctx, e))
+                elif e.k == "lambda":
+                    for x in walk_exprs([e.f["body"]]):
+                        if x.k == "call":
+                            calls.extend(self._resolve_call(ctx, x))
+        self._calls[qualname] = calls
+        for c in calls:
+            self._add(c)
+        return calls
+
+    def _decorator_calls(self, ctx: Ctx, dec: N) -> list[Call]:
+        """`@deco` calls deco with the function when the definition runs."""
+        if dec.k == "call":
+            return []  # `@deco(args)`: the call itself is found by the expression walk
+        out = []
+        for r in self.r.eval(ctx, dec):
+            if r.kind in ("function", "class"):
+                out.append(self._mk(ctx, dec, r, "decorator"))
+        return out
+
+    def _mk(self, ctx: Ctx, site: N, r: Ref, how: str | None = None, entry: str | None = None) -> Call:
+        h = how or "+".join(r.how) or "direct"
+        return Call(ctx.qualname, r.target, ctx.mod.path, site.line, site.col, h, r.extra if r.kind == "unresolved" else "", entry)
+
+    def _resolve_call(self, ctx: Ctx, call: N) -> list[Call]:
+        out: list[Call] = []
+        refs = self.r.callee(ctx, call)
+        path = ctx.mod.path
+        for r in refs:
+            k = r.kind
+            rule = self.r.sink_rule_for(ctx, call, r)
+            if rule is not None:
+                self.r.apply(ctx, call, r, 0)  # registers the sink
+                key = self.r.sink_key(ctx, call)
+                out.append(Call(ctx.qualname, jit_node(key), path, call.line, call.col, "jit-sink"))
+            if k in ("function", "partial") and r.target != "<build>":
+                target = r.target
+                out.append(Call(ctx.qualname, target, path, call.line, call.col, "+".join(r.how) or "direct"))
+            elif k == "function" and r.target == "<build>":
+                for key in sorted(r.jit):
+                    out.append(Call(ctx.qualname, jit_node(key), path, call.line, call.col, "+".join(r.how + ("build",))))
+            elif k == "class":
+                init = [m for m in self.r.class_member(r.target, "__init__", 1, False) if m.kind == "function"]
+                how = "+".join(r.how + ("constructor",))
+                if init:
+                    for m in init:
+                        out.append(Call(ctx.qualname, m.target, path, call.line, call.col, how))
+                else:
+                    out.append(Call(ctx.qualname, r.target, path, call.line, call.col, how))
+            elif k == "external":
+                out.append(Call(ctx.qualname, r.target, path, call.line, call.col, "+".join(r.how) or "external"))
+            elif k == "builtin":
+                out.append(Call(ctx.qualname, f"<builtin>.{r.target}", path, call.line, call.col, "builtin"))
+            elif k == "entry":
+                for key in sorted(r.jit):
+                    out.append(Call(ctx.qualname, jit_node(key), path, call.line, call.col,
+                                    "+".join(r.how + ("entry-point",)), entry=r.target))
+            elif k == "instance":
+                ms = [m for m in self.r.class_member(r.target, "__call__", 1, True) if m.kind == "function"]
+                for m in ms:
+                    out.append(Call(ctx.qualname, m.target, path, call.line, call.col, "+".join(m.how + ("__call__",))))
+                if not ms:
+                    out.append(Call(ctx.qualname, f"{UNRESOLVED_PREFIX}not-callable>", path, call.line, call.col,
+                                    "unresolved", f"instance of {r.target} has no __call__"))
+            elif k == "unresolved":
+                out.append(Call(ctx.qualname, f"{UNRESOLVED_PREFIX}{r.target}>", path, call.line, call.col, "unresolved", r.extra))
+            elif k == "const" and r.target == "None":
+                continue  # a global initialised to None and rebound later: the None binding is not called
+            elif k in ("built", "spec", "module", "wrapper", "const", "instance-external"):
+                out.append(Call(ctx.qualname, f"{UNRESOLVED_PREFIX}not-callable>", path, call.line, call.col,
+                                "unresolved", f"call of a {k} value"))
+        if not out:
+            out.append(Call(ctx.qualname, f"{UNRESOLVED_PREFIX}no-binding>", path, call.line, call.col, "unresolved",
+                            _text(ctx, call.f["func"])))
+        # one edge per (site, callee)
+        seen = {}
+        for c in out:
+            seen.setdefault((c.callee, c.entry), c)
+        return list(seen.values())
+
+    def _add(self, c: Call) -> None:
+        callee = c.callee
+        if callee.startswith("<jit:"):
+            self._node(callee, "jit")
+        elif callee.startswith(UNRESOLVED_PREFIX):
+            self._node(callee, "unresolved")
+        elif callee.startswith("<builtin>"):
+            self._node(callee, "builtin")
+        elif not self._def_node(callee):
+            self._node(callee, "external")
+        self._node(c.caller, "function")
+        if self.g.has_edge(c.caller, callee):
+            self.g.edges[c.caller, callee]["sites"].append((c.path, c.line, c.how))
+        else:
+            self.g.add_edge(c.caller, callee, how=c.how, sites=[(c.path, c.line, c.how)])
+
+    # ------------------------------------------------------------------ traversal
+    def reachable(self, start: str, max_depth: int = 12, stop=None) -> nx.DiGraph:
+        """The subgraph reachable from `start`, expanding lazily (breadth-first, depth-bounded)."""
+        seen = {start: 0}
+        q = deque([start])
+        while q:
+            n = q.popleft()
+            d = seen[n]
+            if d >= max_depth or (stop is not None and stop(n)):
+                continue
+            for c in self.expand(n):
+                if c.callee not in seen and self.r.ctx(c.callee) is not None:
+                    seen[c.callee] = d + 1
+                    q.append(c.callee)
+                elif c.callee not in seen:
+                    seen[c.callee] = d + 1
+        return self.g.subgraph(seen).copy()
+
+    def callers(self, qualname: str) -> list[Call]:
+        """Call sites of a function or class anywhere in the scan. Modules are parsed only when
+        their bytes contain the callee's name (or, for __init__, its class name)."""
+        parts = qualname.split(".")
+        short = parts[-2] if parts[-1] == "__init__" and len(parts) > 1 else parts[-1]
+        pat = re.compile(rb"\b" + re.escape(short.encode()) + rb"\b")
+        if qualname not in self._callers_done:
+            self._callers_done.add(qualname)
+            for m in sorted(self.index.path_of):
+                data = self.index.source_bytes(m)
+                if not pat.search(data):
+                    continue
+                mod = self.r.module(m)
+                if mod is None:
+                    continue
+                self.expand(m)
+                for q, node in list(mod.classes.items()):
+                    if pat.search(data, node.sb, node.eb):
+                        self.expand(f"{m}.{q}")
+                for q, node in list(mod.functions.items()):
+                    if pat.search(data, node.sb, node.eb):
+                        self.expand(f"{m}.{q}")
+        out = []
+        for caller, calls in self._calls.items():
+            for c in calls:
+                if c.callee == qualname:
+                    out.append(c)
+        return sorted(out, key=lambda c: (c.path, c.line, c.col))
+
+    def build_all(self, progress=None) -> None:
+        mods = sorted(self.index.path_of)
+        for i, m in enumerate(mods):
+            if progress and i % 200 == 0:
+                progress(f"call graph: {i}/{len(mods)} modules")
+            mod = self.r.module(m)
+            if mod is None:
+                continue
+            self.expand(m)
+            for q in list(mod.classes):
+                self.expand(f"{m}.{q}")
+            for q in list(mod.functions):
+                self.expand(f"{m}.{q}")
+
+    def calls_from(self, qualname: str) -> list[Call]:
+        return self.expand(qualname)
+
+    def to_pycg(self) -> dict[str, list[str]]:
+        """PyCG's format: every defined node (module/class/function) -> sorted callees.
+        Unresolved and JIT pseudo-nodes are left out (PyCG has no such nodes)."""
+        out: dict[str, list[str]] = {}
+        for n, data in self.g.nodes(data=True):
+            if data.get("kind") in ("module", "class", "function") and self.r.ctx(n) is not None:
+                out[n] = sorted(v for v in self.g.successors(n) if not v.startswith(("<unresolved:", "<jit:")))
+        return dict(sorted(out.items()))
+
+
+def _text(ctx: Ctx, n: N) -> str:
+    t = " ".join(ctx.mod.parsed.text(n).split())
+    return t if len(t) <= 80 else t[:77] + "..."

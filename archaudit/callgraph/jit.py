@@ -1,0 +1,370 @@
+"""JIT modules: what a sink call (gen_jit_spec, a JitSpec subclass, cpp_extension.load, ...) builds.
+
+For each sink site: the module name, the nvcc flags' architecture source (the
+`get_nvcc_flags_list(supported_major_versions=...)` call or hard-coded -gencode flags feeding it),
+and the source files, resolved to files in the scan by constant evaluation. Whatever cannot be
+resolved is listed with a reason; generated sources (rendered from jinja templates) are marked.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from ..parsing.python_ir import N
+from .consteval import Alt, ConstEval, PathV, Unknown, flatten_values
+from .resolve import Ctx, Resolver, SinkSite, iter_stmts, walk_exprs
+from .rules import ArgSpec
+
+_ARCH_FLAG = re.compile(r"-gencode|arch=|compute_\d|sm_\d|^-arch|--gpu-architecture|-code=")
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    text: str  # the path as evaluated (or the pattern with {holes})
+    status: str  # "resolved" | "missing" | "generated" | "inline" | "outside" | "unresolved"
+    path: str | None = None  # root-relative file in the scan (for resolved/missing)
+    reason: str = ""
+    templates: tuple[str, ...] = ()  # for generated sources
+
+    def to_json(self) -> dict:
+        d = {"text": self.text, "status": self.status, "path": self.path}
+        if self.reason:
+            d["reason"] = self.reason
+        if self.templates:
+            d["templates"] = list(self.templates)
+        return d
+
+
+@dataclass(frozen=True)
+class FlagSource:
+    kind: str  # "arch-list" | "hard-coded" | "default" | "no-arch" | "unresolved"
+    path: str
+    line: int
+    text: str
+    majors: tuple = ()  # for arch-list: supported_major_versions
+    how: str = ""
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "path": self.path, "line": self.line, "text": self.text,
+                "majors": list(self.majors), "how": self.how}
+
+
+@dataclass
+class JitModule:
+    key: str  # the sink call site "path:line:col"
+    name: str  # the module name, or a pattern with {holes} when not constant
+    name_resolved: bool
+    rule: str
+    kind: str  # "spec" (built later by build_and_load) | "built" (compiled at the call)
+    path: str
+    line: int
+    function: str  # qualified name of the function with the sink call
+    sources: list[SourceFile] = field(default_factory=list)
+    flags: list[FlagSource] = field(default_factory=list)
+    unresolved: list[tuple[str, str]] = field(default_factory=list)  # (kind, reason)
+
+    @property
+    def all_sources_resolved(self) -> bool:
+        return bool(self.sources) and all(s.status in ("resolved", "generated", "inline") for s in self.sources) and not any(
+            k.startswith("sources") for k, _ in self.unresolved)
+
+    @property
+    def node(self) -> str:
+        return f"<jit:{self.key}>"
+
+    def to_json(self) -> dict:
+        return {"key": self.key, "name": self.name, "name_resolved": self.name_resolved, "rule": self.rule,
+                "kind": self.kind, "path": self.path, "line": self.line, "function": self.function,
+                "sources": [s.to_json() for s in self.sources], "flags": [f.to_json() for f in self.flags],
+                "unresolved": [{"kind": k, "reason": r} for k, r in self.unresolved],
+                "all_sources_resolved": self.all_sources_resolved}
+
+
+class JitModel:
+    def __init__(self, resolver: Resolver):
+        self.r = resolver
+        self.ce = ConstEval(resolver)
+        self._mods: dict[str, JitModule] = {}
+
+    def module(self, key: str) -> JitModule | None:
+        if key in self._mods:
+            return self._mods[key]
+        site = self.r.sinks.get(key)
+        if site is None:
+            return None
+        m = self._analyse(site)
+        self._mods[key] = m
+        return m
+
+    # ------------------------------------------------------------------ arguments
+    @staticmethod
+    def _arg(call: N, specs: tuple[ArgSpec, ...]) -> list[N]:
+        out = []
+        args, kwargs = call.f["args"], dict(call.f["kwargs"])
+        for a in specs:
+            if a.kw and a.kw in kwargs:
+                out.append(kwargs[a.kw])
+            elif a.pos is not None and a.varargs:
+                out.extend(args[a.pos:])
+            elif a.pos is not None and a.pos < len(args):
+                out.append(args[a.pos])
+        return out
+
+    def _analyse(self, site: SinkSite) -> JitModule:
+        ctx, call, rule = site.ctx, site.call, site.rule
+        m = JitModule(key=site.key, name="?", name_resolved=False, rule=rule.id, kind=rule.kind,
+                      path=ctx.mod.path, line=call.line, function=ctx.qualname)
+        # name
+        names = self._arg(call, rule.name)
+        if not names:
+            m.unresolved.append(("name", "no name argument"))
+        else:
+            vals = [self.ce.eval(ctx, n) for n in names]
+            if all(isinstance(v, str) for v in vals):
+                m.name, m.name_resolved = "_".join(vals), True
+            else:
+                parts = []
+                for n, v in zip(names, vals):
+                    if isinstance(v, str):
+                        parts.append(v)
+                    elif isinstance(v, Unknown) and v.pattern:
+                        parts.append(v.pattern)
+                    elif isinstance(v, Alt) and all(isinstance(o, str) for o in v.options):
+                        parts.append("{" + "|".join(sorted(set(v.options))) + "}")
+                    else:
+                        parts.append("{" + _text(ctx, n) + "}")
+                m.name = "_".join(parts)
+                why = next((v for v in vals if isinstance(v, Unknown)), None)
+                m.unresolved.append(("name", f"not constant: {why}" if why else "one of several values"))
+        # sources
+        srcs = self._arg(call, rule.sources)
+        inline = self._arg(call, rule.inline_sources)
+        for n in inline:
+            m.sources.append(SourceFile(_text(ctx, n), "inline", reason="source text passed inline"))
+        if not srcs and not inline:
+            m.unresolved.append(("sources-none", "no source list in the call (not an nvcc build from files)"))
+        templates = None
+        for n in srcs:
+            v = self.ce.eval(ctx, n)
+            if isinstance(v, Unknown):
+                m.unresolved.append((f"sources-{v.reason}", f"{_text(ctx, n)}: {v}"))
+                continue
+            for item in flatten_values(v):
+                sf = self._source(item, rule.source_root)
+                if sf.status == "unresolved":
+                    if templates is None:
+                        templates = self._templates(ctx)
+                    if templates:
+                        sf = SourceFile(sf.text, "generated", reason=f"rendered at run time ({sf.reason})", templates=templates)
+                m.sources.append(sf)
+        for sf in m.sources:
+            if sf.status in ("unresolved", "missing", "outside"):
+                m.unresolved.append((f"sources-{sf.status}", f"{sf.text}: {sf.reason}"))
+        # flags
+        fl = self._arg(call, rule.cuda_flags)
+        if not rule.cuda_flags:
+            pass
+        elif not fl:
+            m.flags.append(FlagSource("default", ctx.mod.path, call.line, "no extra_cuda_cflags: the JIT's default architectures", how="absent"))
+        else:
+            found: list[FlagSource] = []
+            for n in fl:
+                self._flags(ctx, n, found, 0, set())
+            if not any(f.kind in ("arch-list", "hard-coded", "unresolved") for f in found):
+                found.append(FlagSource("no-arch", ctx.mod.path, fl[0].line, _text(ctx, fl[0]), how="no architecture flag found"))
+            m.flags.extend(_dedup(found))
+        return m
+
+    def _source(self, item, root: str) -> SourceFile:
+        exists = self.r.index.source.exists
+        if isinstance(item, PathV):
+            if not item.rooted:
+                return SourceFile(item.path, "outside", reason="absolute path outside the scan")
+            p = item.path
+            if exists(p):
+                return SourceFile(p, "resolved", p)
+            if root and exists(f"{root}/{p}"):
+                return SourceFile(p, "resolved", f"{root}/{p}")
+            return SourceFile(p, "missing", p, reason="no such file in the scan")
+        if isinstance(item, str):
+            if item.startswith("/"):
+                return SourceFile(item, "outside", reason="absolute path outside the scan")
+            if root and exists(f"{root}/{item}"):
+                return SourceFile(item, "resolved", f"{root}/{item}")
+            if exists(item):
+                return SourceFile(item, "resolved", item)
+            return SourceFile(item, "missing", f"{root}/{item}" if root else item, reason="no such file in the scan")
+        if isinstance(item, Unknown):
+            return SourceFile(item.pattern or str(item), "unresolved", reason=str(item))
+        return SourceFile(repr(item)[:80], "unresolved", reason=f"not a path ({type(item).__name__})")
+
+    def _templates(self, ctx: Ctx) -> tuple[str, ...]:
+        """Template files the function reads (e.g. `CSRC / "x.jinja"`): its generated sources come from them."""
+        sfx = self.r.rules.template_suffixes
+        fn = ctx
+        while fn is not None and fn.kind != "function":
+            fn = fn.parent
+        if fn is None:
+            return ()
+        if not any(s.encode() in fn.mod.parsed.src[fn.node.sb:fn.node.eb] for s in sfx):
+            return ()
+        out = []
+        for e in walk_exprs(fn.node.f["body"]):
+            if e.k == "binop" and e.f["right"].k == "const" and isinstance(e.f["right"].f["value"], str) and e.f["right"].f["value"].endswith(sfx):
+                v = self.ce.eval(fn, e)
+                out.append(v.path if isinstance(v, PathV) else e.f["right"].f["value"])
+            elif e.k == "const" and isinstance(e.f["value"], str) and e.f["value"].endswith(sfx) and "/" in e.f["value"]:
+                out.append(e.f["value"])
+        return tuple(sorted(set(out)))
+
+    # ------------------------------------------------------------------ flags
+    def _flags(self, ctx: Ctx, n: N | None, out: list, depth: int, seen: set) -> None:
+        if n is None or depth > 12:
+            return
+        k = n.k
+        if k == "call":
+            fn = n.f["func"]
+            last = fn.f["attr"] if fn.k == "attr" else fn.f["id"] if fn.k == "name" else ""
+            if last in self.r.rules.arch_flag_functions:
+                majors: tuple = ()
+                for kw, v in n.f["kwargs"]:
+                    if kw == "supported_major_versions":
+                        val = self.ce.eval(ctx, v)
+                        if isinstance(val, (list, tuple)) and all(isinstance(x, int) for x in val):
+                            majors = tuple(val)
+                        elif val is None:
+                            majors = ()
+                        else:
+                            out.append(FlagSource("unresolved", ctx.mod.path, n.line, _text(ctx, n), how=f"arch list not constant: {val}"))
+                            return
+                if not majors and n.f["args"]:
+                    val = self.ce.eval(ctx, n.f["args"][0])
+                    if isinstance(val, (list, tuple)) and all(isinstance(x, int) for x in val):
+                        majors = tuple(val)
+                out.append(FlagSource("arch-list", ctx.mod.path, n.line, _text(ctx, n), majors, how="arch-flag-function"))
+                return
+            # flags returned by a scanned helper
+            for r in self.r.callee(ctx, n):
+                if r.kind == "function" and r.target not in seen:
+                    seen.add(r.target)
+                    c = self.r.ctx(r.target)
+                    if c is not None and c.kind == "function":
+                        for st in iter_stmts(c.node.f["body"]):
+                            if st.k == "return":
+                                self._flags(c, st.f["value"], out, depth + 1, seen)
+            if fn.k == "attr":
+                self._flags(ctx, fn.f["value"], out, depth + 1, seen)  # flags.replace(...), x + y
+            for a in n.f["args"]:
+                self._flags(ctx, a, out, depth + 1, seen)
+            return
+        if k == "const":
+            v = n.f["value"]
+            if isinstance(v, str) and _ARCH_FLAG.search(v):
+                out.append(FlagSource("hard-coded", ctx.mod.path, n.line, v, how="constant"))
+            return
+        if k == "fstring":
+            txt = _text(ctx, n)
+            if _ARCH_FLAG.search(txt):
+                out.append(FlagSource("hard-coded", ctx.mod.path, n.line, txt, how="f-string"))
+            return
+        if k == "name":
+            key = (ctx.qualname, n.f["id"])
+            if key in seen:
+                return
+            seen.add(key)
+            self._flags_name(ctx, n.f["id"], out, depth, seen)
+            return
+        if k == "attr":
+            base = self.r.eval(ctx, n.f["value"], 1)
+            for b in base:
+                if b.kind == "module":
+                    key = (b.target, n.f["attr"])
+                    if key not in seen:
+                        seen.add(key)
+                        mctx = self.r.ctx(b.target)
+                        if mctx is not None:
+                            self._flags_name(mctx, n.f["attr"], out, depth, seen, global_only=True)
+            return
+        for child in n.f.values():
+            if isinstance(child, N):
+                self._flags(ctx, child, out, depth + 1, seen)
+            elif isinstance(child, (list, tuple)):
+                for c in child:
+                    if isinstance(c, N):
+                        self._flags(ctx, c, out, depth + 1, seen)
+                    elif isinstance(c, tuple):
+                        for x in c:
+                            if isinstance(x, N):
+                                self._flags(ctx, x, out, depth + 1, seen)
+
+    def _flags_name(self, ctx: Ctx, name: str, out: list, depth: int, seen: set, global_only: bool = False) -> None:
+        c = ctx
+        binds = None
+        if not global_only:
+            while c is not None and c.kind != "module":
+                if c.kind == "function":
+                    loc = self.r.locals_of(c)
+                    if name in loc:
+                        binds = loc[name]
+                        break
+                c = c.parent
+        if binds is None:
+            c = self.r.ctx(ctx.mod.name)
+            binds = self.r.gbind(ctx.mod.name).get(name, [])
+        for bd in binds:
+            if bd[0] == "assign":
+                self._flags(bd[3] or c, bd[1], out, depth + 1, seen)
+            elif bd[0] == "aug":
+                self._flags(c, bd[1], out, depth + 1, seen)
+            elif bd[0] == "from" and self.r.index.has_module(bd[1]):
+                key = (bd[1], bd[2])
+                if key not in seen:
+                    seen.add(key)
+                    mctx = self.r.ctx(bd[1])
+                    if mctx is not None:
+                        self._flags_name(mctx, bd[2], out, depth + 1, seen, global_only=True)
+            elif bd[0] == "param":
+                out.append(FlagSource("unresolved", c.mod.path, c.node.line if c.node is not None else 0,
+                                      f"parameter {name}", how="flags come from a parameter"))
+        # list growth: flags.append("-gencode...") / flags += [...]
+        if c is not None and c.kind == "function" and not global_only:
+            for st in iter_stmts(c.node.f["body"]):
+                if st.k == "expr" and st.f["value"].k == "call":
+                    f = st.f["value"].f["func"]
+                    if f.k == "attr" and f.f["attr"] in ("append", "extend") and f.f["value"].k == "name" and f.f["value"].f["id"] == name:
+                        for a in st.f["value"].f["args"]:
+                            self._flags(c, a, out, depth + 1, seen)
+
+    # ------------------------------------------------------------------ whole scan
+    def find_all_sinks(self, graph, progress=None) -> list[JitModule]:
+        """Every sink in the scan: modules whose bytes name a sink are expanded, then analysed."""
+        rules = self.r.rules
+        words = set(rules.by_def_name) | {e.rsplit(".", 1)[-1] for e in rules.by_external} | set(rules.base_names)
+        pat = re.compile(rb"\b(" + b"|".join(re.escape(w.encode()) for w in sorted(words)) + rb")\b")
+        mods = sorted(self.r.index.path_of)
+        for i, m in enumerate(mods):
+            data = self.r.index.source_bytes(m)
+            if not pat.search(data):
+                continue
+            if progress and i % 100 == 0:
+                progress(f"JIT sinks: {i}/{len(mods)} modules")
+            mod = self.r.module(m)
+            if mod is None:
+                continue
+            graph.expand(m)
+            for q, node in list(mod.functions.items()) + list(mod.classes.items()):
+                if pat.search(data, node.sb, node.eb):
+                    graph.expand(f"{m}.{q}")
+        return [self.module(k) for k in sorted(self.r.sinks)]
+
+
+def _dedup(xs: list) -> list:
+    seen = {}
+    for x in xs:
+        seen.setdefault(x, None)
+    return list(seen)
+
+
+def _text(ctx: Ctx, n: N) -> str:
+    t = " ".join(ctx.mod.parsed.text(n).split())
+    return t if len(t) <= 120 else t[:117] + "..."

@@ -1,0 +1,892 @@
+"""Name resolution for the call graph: what a Python expression refers to, statically.
+
+Works on the IR of `archaudit.parsing.python_ir` through `Index` (modules parsed on demand).
+Resolution is flow-insensitive per scope (every binding of a name counts) and yields `Ref`s:
+modules, functions, classes, instances, names outside the scan, JIT spec / built-module objects,
+or `unresolved` with a reason. Each Ref carries `how`: the resolution rules used on the way
+("import", "reexport", "module-global-alias", "self-method", ...), so every edge says why it exists.
+"""
+from __future__ import annotations
+
+import builtins
+import re
+from dataclasses import dataclass
+
+from ..parsing.python_ir import N
+from ..python.index import Index, ModuleInfo, flatten_top
+from .rules import JitRules, SinkRule, jit_rules
+
+BUILTINS = frozenset(n for n in dir(builtins) if not n.startswith("_")) | {"__import__", "__build_class__"}
+MAX_DEPTH = 40
+
+
+@dataclass(frozen=True)
+class Ref:
+    kind: str  # module function class instance external builtin const spec built entry partial wrapper unresolved
+    target: str  # qualname / dotted name / reason kind
+    how: tuple = ()
+    jit: frozenset = frozenset()  # sink keys whose spec or built module this value is
+    extra: str = ""  # detail: unresolved detail, const value, entry-point name
+
+    def with_how(self, *labels: str) -> "Ref":
+        h = self.how
+        for lab in labels:
+            if lab and lab not in h:
+                h = h + (lab,)
+        return Ref(self.kind, self.target, h, self.jit, self.extra)
+
+    def prefixed(self, labels: tuple) -> "Ref":
+        h = tuple(x for x in labels if x) + tuple(x for x in self.how if x not in labels)
+        return Ref(self.kind, self.target, h, self.jit, self.extra)
+
+
+def unres(kind: str, detail: str = "") -> Ref:
+    return Ref("unresolved", kind, (), frozenset(), detail)
+
+
+@dataclass
+class SinkSite:
+    key: str  # "path:line:col" of the call
+    rule: SinkRule
+    ctx: "Ctx"
+    call: N
+    via: str  # "function" | "class" | "external"
+    callee: str  # qualname or dotted name of what was called
+
+
+class Ctx:
+    """A scope: a module, a class body, or a function (with its enclosing scopes)."""
+
+    __slots__ = ("mod", "qual", "node", "kind", "cls", "parent", "_locals", "globals_decl", "self_name", "_memo")
+
+    def __init__(self, mod: ModuleInfo, qual: str | None, node: N | None, kind: str, cls: str | None, parent: "Ctx | None"):
+        self.mod = mod
+        self.qual = qual  # qualified name inside the module (None for the module)
+        self.node = node
+        self.kind = kind  # "module" | "class" | "function"
+        self.cls = cls  # for methods: the class qualname (module-qualified)
+        self.parent = parent
+        self._locals: dict | None = None
+        self.globals_decl: set = set()
+        self.self_name: str | None = None
+        self._memo: dict = {}
+
+    @property
+    def qualname(self) -> str:
+        return self.mod.name if self.qual is None else f"{self.mod.name}.{self.qual}"
+
+
+def walk_exprs(x):
+    """Every N below x (x: N, list, tuple, dict values), without entering nested def/class/lambda bodies."""
+    stack = [x]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, N):
+            yield v
+            if v.k in ("def", "class", "lambda"):
+                continue
+            stack.extend(v.f.values())
+        elif isinstance(v, (list, tuple)):
+            stack.extend(v)
+
+
+def iter_stmts(body: list, into_defs: bool = False):
+    """Statements of a body, recursively through compound statements but not nested defs/classes."""
+    for st in body:
+        yield st
+        k = st.k
+        if k in ("def", "class") and not into_defs:
+            continue
+        for key in ("body", "orelse", "final"):
+            sub = st.f.get(key)
+            if isinstance(sub, list):
+                yield from iter_stmts(sub, into_defs)
+        if k == "try":
+            for h in st.f["handlers"]:
+                yield from iter_stmts(h, into_defs)
+
+
+_ANN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
+_ANN_WRAPPERS = {"Optional", "typing.Optional", "Union", "typing.Union", "Type", "type", "typing.Type", "Final", "ClassVar", "Annotated"}
+
+
+def annotation_names(text: str) -> list[str]:
+    """Class names an annotation can denote: `Foo`, `"Foo"`, `Optional[Foo]`, `Foo | None`."""
+    text = text.strip().strip("'\"")
+    out = []
+    for m in _ANN_NAME.findall(text):
+        if m in _ANN_WRAPPERS or m == "None" or m.split(".")[-1] in ("Optional", "Union", "List", "Dict", "Tuple", "Any", "Callable", "Sequence", "Iterable", "Mapping"):
+            continue
+        out.append(m)
+    # containers (List[Foo]) do not make the object a Foo
+    if re.match(r"\s*(typing\.)?(List|Dict|Tuple|Sequence|Iterable|Mapping|Set|list|dict|tuple|set|Callable)\b", text):
+        return []
+    return out[:3]
+
+
+def param_annotations(src: bytes, node: N) -> dict[str, str]:
+    """Parameter annotations of a def, read from its header bytes (the IR keeps no annotations)."""
+    head = src[node.sb : node.eb]
+    i = head.find(b"(")
+    if i < 0:
+        return {}
+    depth, j = 0, i
+    while j < len(head):
+        c = head[j]
+        if c in b"([{":
+            depth += 1
+        elif c in b")]}":
+            depth -= 1
+            if depth == 0:
+                break
+        j += 1
+    params = head[i + 1 : j].decode("utf-8", "replace")
+    out = {}
+    depth, cur, parts = 0, [], []
+    for ch in params:
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    parts.append("".join(cur))
+    for p in parts:
+        p = p.split("=", 1)[0]
+        if ":" in p:
+            name, ann = p.split(":", 1)
+            name = name.strip().lstrip("*")
+            if name.isidentifier():
+                out[name] = ann.strip()
+    return out
+
+
+class Resolver:
+    def __init__(self, index: Index, rules: JitRules | None = None):
+        self.index = index
+        self.rules = rules or jit_rules()
+        self._gbind: dict[str, dict] = {}
+        self._star: dict[str, list] = {}
+        self._all: dict[str, list | None] = {}
+        self._gmemo: dict = {}
+        self._ctx: dict[str, Ctx | None] = {}
+        self._ret: dict[str, tuple] = {}
+        self._mro: dict[str, tuple] = {}
+        self._members: dict[str, dict] = {}
+        self._iattrs: dict[str, dict] = {}
+        self._busy: set = set()
+        self.sinks: dict[str, SinkSite] = {}
+
+    # ------------------------------------------------------------------ definitions
+    def split(self, qualname: str) -> tuple[str, str | None] | None:
+        """(module, qual inside it) for a qualified name, using the longest module prefix."""
+        if self.index.has_module(qualname):
+            return qualname, None
+        parts = qualname.split(".")
+        for i in range(len(parts) - 1, 0, -1):
+            m = ".".join(parts[:i])
+            if self.index.has_module(m):
+                return m, ".".join(parts[i:])
+        return None
+
+    def module(self, name: str) -> ModuleInfo | None:
+        return self.index.module(name, full=True) if self.index.has_module(name) else None
+
+    def defn(self, qualname: str) -> tuple[ModuleInfo, str | None, N | None, str] | None:
+        sp = self.split(qualname)
+        if sp is None:
+            return None
+        mod = self.module(sp[0])
+        if mod is None:
+            return None
+        q = sp[1]
+        if q is None:
+            return mod, None, None, "module"
+        if q in mod.functions:
+            return mod, q, mod.functions[q], "function"
+        if q in mod.classes:
+            return mod, q, mod.classes[q], "class"
+        return None
+
+    def ctx(self, qualname: str) -> Ctx | None:
+        if qualname in self._ctx:
+            return self._ctx[qualname]
+        self._ctx[qualname] = None  # cycles in malformed input
+        d = self.defn(qualname)
+        c = None
+        if d is not None:
+            mod, q, node, kind = d
+            if kind == "module":
+                c = Ctx(mod, None, None, "module", None, None)
+            else:
+                parent_q, cls = self._enclosing(mod, q)
+                parent = self.ctx(f"{mod.name}.{parent_q}" if parent_q else mod.name)
+                c = Ctx(mod, q, node, kind, cls, parent)
+                if kind == "function" and cls is not None:
+                    params = node.f["params"]
+                    decos = [self._deco_name(x) for x in node.f.get("decorators", [])]
+                    if params and params[0][2] == "" and "staticmethod" not in decos:
+                        c.self_name = params[0][0]
+                        if "classmethod" in decos:
+                            c.self_name = "@cls:" + params[0][0]
+        self._ctx[qualname] = c
+        return c
+
+    @staticmethod
+    def _deco_name(n: N) -> str:
+        if n.k == "name":
+            return n.f["id"]
+        if n.k == "attr":
+            return n.f["attr"]
+        if n.k == "call":
+            return Resolver._deco_name(n.f["func"])
+        return ""
+
+    def _enclosing(self, mod: ModuleInfo, q: str) -> tuple[str | None, str | None]:
+        """(qual of the enclosing function or class scope whose names are visible, class of a method)."""
+        if "." not in q:
+            return None, None
+        head, _ = q.rsplit(".", 1)
+        if head.endswith(".<locals>"):
+            return head[: -len(".<locals>")], None
+        if head in mod.classes:
+            # a method: class scope names are not visible; the scope around the class is
+            outer, _ = self._enclosing(mod, head)
+            return outer, f"{mod.name}.{head}"
+        return None, None
+
+    # ------------------------------------------------------------------ bindings
+    def gbind(self, modname: str) -> dict:
+        b = self._gbind.get(modname)
+        if b is not None:
+            return b
+        b = {}
+        self._gbind[modname] = b
+        mod = self.module(modname)
+        if mod is None:
+            return b
+        stars = []
+        self._collect(mod.parsed.body, b, stars, mod, top=True)
+        if b"global" in mod.parsed.src:
+            # assignments to `global` names inside functions also bind module names
+            for q, fn in mod.functions.items():
+                g = set()
+                for st in iter_stmts(fn.f["body"]):
+                    if st.k == "global":
+                        g.update(st.f["names"])
+                if g:
+                    fctx = self.ctx(f"{modname}.{q}")
+                    for st in iter_stmts(fn.f["body"]):
+                        if st.k == "assign":
+                            for t in st.f["targets"]:
+                                if t.k == "name" and t.f["id"] in g:
+                                    b.setdefault(t.f["id"], []).append(("assign", st.f["value"], st.f["annotation"], fctx))
+        self._star[modname] = stars
+        return b
+
+    def _collect(self, body, b: dict, stars: list | None, mod: ModuleInfo, top: bool, prefix: str = "") -> None:
+        stmts = flatten_top(body) if top else iter_stmts(body)
+        for st in stmts:
+            k = st.k
+            if k == "import":
+                for name, alias in st.f["names"]:
+                    if alias:
+                        b.setdefault(alias, []).append(("import-as", name, st))
+                    else:
+                        b.setdefault(name.split(".")[0], []).append(("import", name.split(".")[0], st))
+            elif k == "importfrom":
+                absmod = self.index.resolve_relative(mod, st.f["level"], st.f["module"]) if st.f["level"] else st.f["module"]
+                if st.f["star"] and stars is not None:
+                    stars.append((absmod, st.f["level"] > 0, st))
+                for name, alias in st.f["names"]:
+                    b.setdefault(alias or name, []).append(("from", absmod, name, bool(alias and alias != name), st.f["level"] > 0, st))
+            elif k == "assign":
+                for t in st.f["targets"]:
+                    self._bind_target(b, t, st.f["value"], st.f["annotation"], st)
+            elif k == "def":
+                b.setdefault(st.f["name"], []).append(("def", prefix + st.f["name"], st))
+            elif k == "class":
+                b.setdefault(st.f["name"], []).append(("class", prefix + st.f["name"], st))
+            elif k == "for":
+                for t in walk_exprs(st.f["target"]):
+                    if t.k == "name":
+                        b.setdefault(t.f["id"], []).append(("iter", st.f["iter"], st))
+            elif k == "with":
+                for e, t in st.f["items"]:
+                    if t is not None and t.k == "name":
+                        b.setdefault(t.f["id"], []).append(("with", e, st))
+            elif k == "augassign":
+                t = st.f["target"]
+                if t.k == "name":
+                    b.setdefault(t.f["id"], []).append(("aug", st.f["value"], st))
+        if not top:
+            return
+
+    def _bind_target(self, b: dict, t: N, value: N | None, ann: N | None, st: N) -> None:
+        if t.k == "name":
+            b.setdefault(t.f["id"], []).append(("assign", value, ann, None))
+        elif t.k in ("tuple", "list"):
+            elts = t.f["elts"]
+            velts = value.f["elts"] if value is not None and value.k in ("tuple", "list") and len(value.f["elts"]) == len(elts) else None
+            for i, e in enumerate(elts):
+                if e.k == "name":
+                    if velts is not None:
+                        b.setdefault(e.f["id"], []).append(("assign", velts[i], None, None))
+                    else:
+                        b.setdefault(e.f["id"], []).append(("unpack", value, i, st))
+
+    def locals_of(self, ctx: Ctx) -> dict:
+        if ctx._locals is not None:
+            return ctx._locals
+        b: dict = {}
+        if ctx.kind == "function":
+            node = ctx.node
+            anns = None
+            for i, (pname, default, pkind) in enumerate(node.f["params"]):
+                if anns is None:
+                    anns = param_annotations(ctx.mod.parsed.src, node) if b":" in ctx.mod.parsed.src[node.sb : node.eb].split(b")")[0] else {}
+                b.setdefault(pname, []).append(("param", pname, anns.get(pname), default, i == 0 and ctx.self_name is not None))
+            for st in iter_stmts(node.f["body"]):
+                if st.k == "global":
+                    ctx.globals_decl.update(st.f["names"])
+            self._collect(node.f["body"], b, None, ctx.mod, top=False, prefix=ctx.qual + ".<locals>.")
+            for name in ctx.globals_decl:
+                b.pop(name, None)
+            # walrus targets
+            for e in walk_exprs(node.f["body"]):
+                if e.k == "walrus":
+                    b.setdefault(e.f["target"], []).append(("assign", e.f["value"], None, None))
+        elif ctx.kind == "class":
+            self._collect(ctx.node.f["body"], b, None, ctx.mod, top=True, prefix=ctx.qual + ".")
+        ctx._locals = b
+        return b
+
+    # ------------------------------------------------------------------ lookup
+    def lookup(self, ctx: Ctx, name: str, depth: int = 0) -> tuple:
+        c = ctx
+        while c is not None and c.kind != "module":
+            if c.kind == "function" or c is ctx:
+                loc = self.locals_of(c)
+                if name in loc:
+                    return self._eval_bindings(c, name, loc[name], depth, local=c.kind == "function")
+            c = c.parent
+        r = self.global_name(ctx.mod.name, name, depth)
+        if not r and name not in BUILTINS:
+            return (unres("undefined-name", name),)
+        return r
+
+    def global_name(self, modname: str, name: str, depth: int = 0, export: bool = False) -> tuple:
+        key = (modname, name, export)
+        if key in self._gmemo:
+            return self._gmemo[key]
+        if key in self._busy:
+            return ()
+        self._busy.add(key)
+        try:
+            b = self.gbind(modname).get(name)
+            mctx = self.ctx(modname)
+            if b and mctx is not None:
+                out = self._eval_bindings(mctx, name, b, depth, local=False, export=export)
+            elif name == "__file__" or name == "__name__":
+                out = (Ref("const", "str"),)
+            elif not export and name in BUILTINS:
+                out = (Ref("builtin", name),)
+            else:
+                out = self._star_or_sub(modname, name, depth)
+                if not out and not export and name in BUILTINS:
+                    out = (Ref("builtin", name),)
+        finally:
+            self._busy.discard(key)
+        self._gmemo[key] = out
+        return out
+
+    def _star_or_sub(self, modname: str, name: str, depth: int) -> tuple:
+        self.gbind(modname)
+        for absmod, _rel, _st in self._star.get(modname, ()):
+            if not self.index.has_module(absmod):
+                continue
+            allowed = self.all_names(absmod)
+            if allowed is not None and name not in allowed:
+                continue
+            if allowed is None and name.startswith("_"):
+                continue
+            r = self.export(absmod, name, depth + 1)
+            r = tuple(x for x in r if x.kind != "unresolved")
+            if r:
+                return tuple(x.prefixed(("star-import",)) for x in r)
+        sub = f"{modname}.{name}"
+        if self.index.has_module(sub):
+            return (Ref("module", sub),)
+        return ()
+
+    def all_names(self, modname: str) -> set | None:
+        """__all__ of a module when it is a constant list (with += extensions), else None."""
+        if modname in self._all:
+            return self._all[modname]
+        mod = self.module(modname)
+        out: set | None = None
+        if mod is not None:
+            for st in flatten_top(mod.parsed.body):
+                if st.k in ("assign", "augassign"):
+                    tg = st.f["targets"][0] if st.k == "assign" else st.f["target"]
+                    if tg.k == "name" and tg.f["id"] == "__all__":
+                        v = st.f["value"]
+                        if v is not None and v.k in ("list", "tuple") and all(e.k == "const" and isinstance(e.f["value"], str) for e in v.f["elts"]):
+                            out = (out or set()) | {e.f["value"] for e in v.f["elts"]}
+                        else:
+                            out = None
+                            break
+        self._all[modname] = out
+        return out
+
+    def export(self, modname: str, name: str, depth: int = 0) -> tuple:
+        """What `modname.name` is, for a module in the scan."""
+        r = self.global_name(modname, name, depth, export=True)
+        if r:
+            return r
+        mod = self.module(modname)
+        if mod is not None and "__getattr__" in mod.defs:
+            return (unres("module-getattr", f"{modname}.{name} comes from a module __getattr__"),)
+        return (unres("missing-attribute", f"{modname} has no {name}"),)
+
+    def _module_ref(self, dotted: str, how: tuple) -> Ref:
+        if self.index.has_module(dotted):
+            return Ref("module", dotted, how)
+        return Ref("external", dotted, how)
+
+    def _eval_bindings(self, ctx: Ctx, name: str, binds: list, depth: int, local: bool, export: bool = False) -> tuple:
+        key = ("b", name, export)
+        if key in ctx._memo:
+            return ctx._memo[key]
+        if depth > MAX_DEPTH or (id(ctx), key) in self._busy:
+            return ()
+        self._busy.add((id(ctx), key))
+        out: list[Ref] = []
+        try:
+            for bd in binds:
+                out.extend(self._eval_binding(ctx, bd, depth, local, export))
+        finally:
+            self._busy.discard((id(ctx), key))
+        res = _dedup(out)
+        ctx._memo[key] = res
+        return res
+
+    def _eval_binding(self, ctx: Ctx, bd: tuple, depth: int, local: bool, export: bool) -> list[Ref]:
+        k = bd[0]
+        imp = "local-import" if local else None
+        if k == "import":
+            return [self._module_ref(bd[1], ("reexport",) if export else (imp or "import",))]
+        if k == "import-as":
+            return [self._module_ref(bd[1], ("reexport",) if export else (imp or "import", "alias"))]
+        if k == "from":
+            _, absmod, name, aliased, rel, _st = bd
+            if export:
+                labels = ("reexport",)
+            else:
+                labels = (imp or ("relative-import" if rel else "import"),) + (("alias",) if aliased else ())
+            if self.index.has_module(absmod):
+                r = self.export(absmod, name, depth + 1)
+                # `from pkg import submodule`
+                if all(x.kind == "unresolved" for x in r) and self.index.has_module(f"{absmod}.{name}"):
+                    r = (Ref("module", f"{absmod}.{name}"),)
+                return [x.prefixed(labels) for x in r]
+            if not absmod:
+                return [unres("relative-import-outside-scan", f"from {'.' * 1}{absmod} import {name}")]
+            return [Ref("external", f"{absmod}.{name}", labels)]
+        if k == "def":
+            return [self._func_ref(ctx.mod, bd[1], bd[2], depth)]
+        if k == "class":
+            return [Ref("class", f"{ctx.mod.name}.{bd[1]}")]
+        if k == "assign":
+            _, value, ann, bctx = bd
+            c = bctx or ctx
+            out: list[Ref] = []
+            if ann is not None:
+                for nm in annotation_names(c.mod.parsed.text(ann)):
+                    for r in self.dotted(c, nm, depth + 1):
+                        if r.kind == "class":
+                            out.append(Ref("instance", r.target, r.how + ("annotation",)))
+            if value is None:
+                return out
+            vals = self.eval(c, value, depth + 1)
+            if value.k == "name" and not local and ctx.kind == "module":
+                # `_flashinfer_comm = comm`: a module object kept in a global
+                vals = tuple(v.with_how("module-global-alias") if v.kind == "module" else v for v in vals)
+            elif value.k == "name" and local:
+                vals = tuple(v.with_how("alias") if v.kind in ("module", "function") else v for v in vals)
+            for v in vals:
+                if v.kind == "instance" and value.k == "call":
+                    v = v.with_how("assignment-type")
+                out.append(v)
+            return out
+        if k == "param":
+            _, pname, ann, default, is_self = bd
+            if is_self and ctx.cls is not None:
+                if ctx.self_name and ctx.self_name.startswith("@cls:"):
+                    return [Ref("class", ctx.cls, ("self-method",))]
+                return [Ref("instance", ctx.cls, ("self-method",))]
+            out = []
+            if ann:
+                for nm in annotation_names(ann):
+                    for r in self.dotted(ctx.parent or ctx, nm, depth + 1):
+                        if r.kind == "class":
+                            out.append(Ref("instance", r.target, r.how + ("annotation",)))
+                        elif r.kind == "external":
+                            out.append(Ref("instance-external", r.target, r.how + ("annotation",)))
+            if not out:
+                out.append(unres("unknown-receiver", f"parameter {pname}"))
+            return out
+        if k == "iter":
+            it = bd[1]
+            if it.k in ("list", "tuple"):
+                out = []
+                for e in it.f["elts"]:
+                    out.extend(self.eval(ctx, e, depth + 1))
+                return out
+            return [unres("unknown-receiver", "loop variable")]
+        if k == "with":
+            return [unres("unknown-receiver", "with-statement target")]
+        if k == "unpack":
+            return [unres("unknown-receiver", "unpacked value")]
+        if k == "aug":
+            return []
+        return [unres("unknown-value", k)]
+
+    def _func_ref(self, mod: ModuleInfo, qual: str, node: N, depth: int) -> Ref:
+        qn = f"{mod.name}.{qual}"
+        how: tuple = ()
+        for d in node.f.get("decorators", []):
+            name = self._deco_name(d)
+            if name in ("staticmethod", "classmethod", "property", "abstractmethod", "overload"):
+                continue
+            full = self._dotted_text(d.f["func"] if d.k == "call" else d)
+            if full in self.rules.cache_wrappers or name in ("cache", "lru_cache", "cached_property", "wraps"):
+                how = how + ("lru_cache/partial",) if "lru_cache/partial" not in how else how
+            elif "decorator" not in how:
+                how = how + ("decorator",)
+        return Ref("function", qn, how)
+
+    @staticmethod
+    def _dotted_text(n: N) -> str:
+        parts = []
+        while n.k == "attr":
+            parts.append(n.f["attr"])
+            n = n.f["value"]
+        if n.k != "name":
+            return ""
+        parts.append(n.f["id"])
+        return ".".join(reversed(parts))
+
+    def dotted(self, ctx: Ctx, dotted: str, depth: int = 0) -> tuple:
+        parts = dotted.split(".")
+        refs = self.lookup(ctx, parts[0], depth)
+        for p in parts[1:]:
+            refs = self.attr(refs, p, depth + 1)
+        return refs
+
+    # ------------------------------------------------------------------ classes
+    def mro(self, cls: str) -> tuple:
+        """Class qualnames (scanned) and external base names, nearest first (depth-first, left to right)."""
+        if cls in self._mro:
+            return self._mro[cls]
+        self._mro[cls] = (cls,)
+        out = [cls]
+        c = self.ctx(cls)
+        if c is not None and c.node is not None:
+            outer = c.parent or self.ctx(c.mod.name)
+            for b in c.node.f["bases"]:
+                for r in self.eval(outer, b, 1):
+                    if r.kind == "class":
+                        for x in self.mro(r.target):
+                            if x not in out:
+                                out.append(x)
+                    elif r.kind == "external":
+                        ext = "ext:" + r.target
+                        if ext not in out:
+                            out.append(ext)
+        self._mro[cls] = tuple(out)
+        return self._mro[cls]
+
+    def members(self, cls: str) -> dict:
+        m = self._members.get(cls)
+        if m is not None:
+            return m
+        c = self.ctx(cls)
+        m = self.locals_of(c) if c is not None and c.kind == "class" else {}
+        self._members[cls] = m
+        return m
+
+    def instance_attrs(self, cls: str) -> dict:
+        """`self.x = value` assignments in the methods of a class: name -> [(method ctx, value)]."""
+        m = self._iattrs.get(cls)
+        if m is not None:
+            return m
+        m = {}
+        self._iattrs[cls] = m
+        c = self.ctx(cls)
+        if c is None or c.kind != "class":
+            return m
+        for st in flatten_top(c.node.f["body"]):
+            if st.k != "def":
+                continue
+            mctx = self.ctx(f"{cls}.{st.f['name']}")
+            if mctx is None or not mctx.self_name or mctx.self_name.startswith("@"):
+                continue
+            for s in iter_stmts(st.f["body"]):
+                if s.k == "assign":
+                    for t in s.f["targets"]:
+                        if t.k == "attr" and t.f["value"].k == "name" and t.f["value"].f["id"] == mctx.self_name:
+                            m.setdefault(t.f["attr"], []).append((mctx, s.f["value"], s.f["annotation"]))
+        return m
+
+    def class_member(self, cls: str, attr: str, depth: int, on_instance: bool) -> tuple:
+        for i, c in enumerate(self.mro(cls)):
+            inh = ("inheritance",) if i > 0 else ()
+            if c.startswith("ext:"):
+                return (Ref("external", f"{c[4:]}.{attr}", inh),)
+            mem = self.members(c)
+            if attr in mem:
+                cctx = self.ctx(c)
+                out = []
+                for r in self._eval_bindings(cctx, attr, mem[attr], depth + 1, local=False):
+                    out.append(r.with_how(*inh))
+                return tuple(out)
+        if on_instance:
+            for c in self.mro(cls):
+                if c.startswith("ext:"):
+                    continue
+                ia = self.instance_attrs(c).get(attr)
+                if ia:
+                    out = []
+                    for mctx, value, ann in ia:
+                        out.extend(self._eval_binding(mctx, ("assign", value, ann, None), depth + 1, True, False))
+                    return tuple(r.with_how("assignment-type") if r.kind == "instance" else r for r in out)
+        for c in self.mro(cls):
+            if not c.startswith("ext:") and "__getattr__" in self.members(c):
+                return (unres("dynamic-attribute", f"{cls}.{attr} via __getattr__"),)
+        return (unres("missing-attribute", f"{cls} has no {attr}"),)
+
+    # ------------------------------------------------------------------ expressions
+    def attr(self, refs: tuple, attr: str, depth: int) -> tuple:
+        out: list[Ref] = []
+        for r in refs:
+            k = r.kind
+            if k == "module":
+                out.extend(x.prefixed(r.how) for x in self.export(r.target, attr, depth + 1))
+            elif k == "external":
+                out.append(Ref("external", f"{r.target}.{attr}", r.how))
+            elif k == "instance-external":
+                out.append(Ref("external", f"{r.target}.{attr}", r.how))
+            elif k == "class":
+                out.extend(x.prefixed(r.how) for x in self.class_member(r.target, attr, depth, False))
+            elif k == "instance":
+                for x in self.class_member(r.target, attr, depth, True):
+                    x = x.prefixed(r.how)
+                    if r.jit:
+                        x = Ref(x.kind, x.target, x.how, x.jit | r.jit, x.extra)
+                    out.append(x)
+            elif k == "super":
+                m = self.mro(r.target)
+                for c in m[1:]:
+                    if c.startswith("ext:"):
+                        out.append(Ref("external", f"{c[4:]}.{attr}", ("inheritance",)))
+                        break
+                    if attr in self.members(c):
+                        out.extend(x.with_how("inheritance") for x in self.class_member(c, attr, depth, True))
+                        break
+                else:
+                    out.append(unres("missing-attribute", f"no base of {r.target} has {attr}"))
+            elif k in ("built",):
+                out.append(Ref("entry", attr, r.how, r.jit))
+            elif k == "spec":
+                if attr in self.rules.build_methods:
+                    out.append(Ref("function", "<build>", r.how, r.jit, attr))
+                else:
+                    out.append(unres("spec-attribute", attr))
+            elif k == "unresolved":
+                out.append(unres(r.target, f"{r.extra}.{attr}" if r.extra else attr))
+            elif k == "const":
+                if r.target != "None":
+                    out.append(Ref("builtin", f"{r.target}.{attr}"))
+            elif k == "builtin":
+                out.append(Ref("builtin", f"{r.target}.{attr}"))
+            else:
+                out.append(unres("unknown-receiver", f"attribute {attr} of a {k} value"))
+        return _dedup(out)
+
+    def eval(self, ctx: Ctx, n: N | None, depth: int = 0) -> tuple:
+        if n is None or depth > MAX_DEPTH:
+            return () if n is None else (unres("depth-limit", "resolution too deep"),)
+        k = n.k
+        if k == "name":
+            return self.lookup(ctx, n.f["id"], depth + 1)
+        if k == "attr":
+            return self.attr(self.eval(ctx, n.f["value"], depth + 1), n.f["attr"], depth + 1)
+        if k == "call":
+            return self.call_result(ctx, n, depth + 1)
+        if k == "const":
+            v = n.f["value"]
+            return (Ref("const", type(v).__name__ if v is not None else "None", extra=v if isinstance(v, str) else ""),)
+        if k == "fstring":
+            return (Ref("const", "str"),)
+        if k in ("list", "tuple", "dict", "set", "comp"):
+            return (Ref("builtin", {"comp": "list"}.get(k, k) + "-value"),)
+        if k == "ifexp":
+            return _dedup(list(self.eval(ctx, n.f["body"], depth + 1)) + list(self.eval(ctx, n.f["orelse"], depth + 1)))
+        if k == "boolop":
+            return _dedup(list(self.eval(ctx, n.f["left"], depth + 1)) + list(self.eval(ctx, n.f["right"], depth + 1)))
+        if k == "walrus":
+            return self.eval(ctx, n.f["value"], depth + 1)
+        if k == "subscript":
+            return (unres("dynamic-callee", "subscript"),)
+        if k == "lambda":
+            return (unres("dynamic-callee", "lambda"),)
+        return (unres("dynamic-callee", k),)
+
+    def callee(self, ctx: Ctx, call: N, depth: int = 0) -> tuple:
+        """What a call expression calls (the value of `getattr(mod, "const")` is resolved in eval)."""
+        return self.eval(ctx, call.f["func"], depth + 1)
+
+    def call_result(self, ctx: Ctx, call: N, depth: int) -> tuple:
+        fn = call.f["func"]
+        if fn.k == "name" and fn.f["id"] == "getattr" and len(call.f["args"]) >= 2:
+            a1 = call.f["args"][1]
+            if a1.k == "const" and isinstance(a1.f["value"], str):
+                base = self.eval(ctx, call.f["args"][0], depth + 1)
+                return tuple(x.with_how("getattr-const") for x in self.attr(base, a1.f["value"], depth + 1))
+            return (unres("dynamic-attribute", "getattr with a computed name"),)
+        if fn.k == "name" and fn.f["id"] == "super":
+            c = ctx
+            while c is not None and c.cls is None:
+                c = c.parent
+            if c is not None:
+                return (Ref("super", c.cls),)
+        out: list[Ref] = []
+        for r in self.callee(ctx, call, depth):
+            out.extend(self.apply(ctx, call, r, depth))
+        return _dedup(out)
+
+    def sink_key(self, ctx: Ctx, call: N) -> str:
+        return f"{ctx.mod.path}:{call.line}:{call.col}"
+
+    def sink_rule_for(self, ctx: Ctx, call: N, r: Ref) -> SinkRule | None:
+        if r.kind == "function" and r.target != "<build>":
+            rule = self.rules.rule_for_def(r.target.rsplit(".", 1)[-1])
+            if rule is not None and not self.inside_sink_def(ctx):
+                return rule
+        elif r.kind == "class":
+            rule = self.jitspec_rule(r.target)
+            if rule is not None and not self.inside_sink_def(ctx):
+                return rule
+        elif r.kind == "external":
+            return self.rules.by_external.get(r.target)
+        return None
+
+    def inside_sink_def(self, ctx: Ctx) -> bool:
+        """Calls inside a sink's own definition (gen_jit_spec building its JitSpecNvcc) are not new sinks."""
+        c = ctx
+        while c is not None:
+            if c.kind == "function" and c.qual.rsplit(".", 1)[-1] in self.rules.by_def_name:
+                return True
+            c = c.parent
+        return False
+
+    def jitspec_rule(self, cls: str) -> SinkRule | None:
+        m = self.mro(cls)
+        for c in m[1:] if len(m) > 1 else ():
+            name = c[4:] if c.startswith("ext:") else c
+            rule = self.rules.base_names.get(name.rsplit(".", 1)[-1])
+            if rule is not None:
+                return rule
+        return None
+
+    def apply(self, ctx: Ctx, call: N, r: Ref, depth: int) -> list[Ref]:
+        """The value of calling r."""
+        k = r.kind
+        rule = self.sink_rule_for(ctx, call, r)
+        if rule is not None:
+            key = self.sink_key(ctx, call)
+            if key not in self.sinks:
+                via = {"function": "function", "class": "class"}.get(k, "external")
+                self.sinks[key] = SinkSite(key, rule, ctx, call, via, r.target)
+            kind = "built" if rule.kind == "built" else "spec"
+            if k == "class":
+                return [Ref("instance", r.target, r.how, frozenset([key]))]
+            return [Ref(kind, rule.id, r.how, frozenset([key]))]
+        if k == "function":
+            if r.target == "<build>" or (r.jit and r.target.rsplit(".", 1)[-1] in self.rules.build_methods):
+                return [Ref("built", "build", r.how, r.jit)]
+            return list(self.returns(r.target, depth + 1))
+        if k == "class":
+            return [Ref("instance", r.target, ())]
+        if k == "partial":
+            return list(self.returns(r.target, depth + 1))
+        if k == "external":
+            if r.target in self.rules.partial_functions and call.f["args"]:
+                return [Ref("partial", x.target, x.how + ("lru_cache/partial",), x.jit)
+                        for x in self.eval(ctx, call.f["args"][0], depth + 1) if x.kind == "function"]
+            if r.target in self.rules.cache_wrappers:
+                if call.f["args"]:
+                    return [x.with_how("lru_cache/partial") for x in self.eval(ctx, call.f["args"][0], depth + 1)]
+                return [Ref("wrapper", r.target)]
+            return [unres("external-result", f"result of {r.target}()")]
+        if k == "wrapper" and call.f["args"]:
+            return [x.with_how("lru_cache/partial") for x in self.eval(ctx, call.f["args"][0], depth + 1)]
+        if k == "instance":
+            out = []
+            for m in self.class_member(r.target, "__call__", depth, True):
+                if m.kind == "function":
+                    out.extend(self.returns(m.target, depth + 1))
+            return out
+        if k == "unresolved":
+            return [r]
+        return [unres("unknown-value", f"result of calling a {k}")]
+
+    def returns(self, qualname: str, depth: int = 0) -> tuple:
+        """Values a scanned function can return (flow-insensitive; memoised; cycles give ())."""
+        if qualname in self._ret:
+            return self._ret[qualname]
+        if qualname in self._busy or depth > MAX_DEPTH:
+            return ()
+        c = self.ctx(qualname)
+        if c is None or c.kind != "function":
+            if c is not None and c.kind == "class":
+                return (Ref("instance", qualname),)
+            return ()
+        self._busy.add(qualname)
+        out: list[Ref] = []
+        try:
+            for st in iter_stmts(c.node.f["body"]):
+                if st.k == "return" and st.f["value"] is not None:
+                    out.extend(self.eval(c, st.f["value"], depth + 1))
+            useful = [x for x in out if x.kind not in ("unresolved", "const")]
+            if not any(x.kind in ("built", "spec") or x.jit for x in useful):
+                # a module getter: builds a JIT module and returns it, or a namespace around it
+                built = self.built_locals(c, depth)
+                if built and (not useful or all(x.kind in ("external", "builtin") for x in useful)):
+                    out = [Ref("built", "module-getter", ("module-getter",), frozenset().union(*(b.jit for b in built)))] + [
+                        x for x in out if x.kind != "unresolved"]
+        finally:
+            self._busy.discard(qualname)
+        res = _dedup(out)
+        self._ret[qualname] = res
+        return res
+
+    def built_locals(self, c: Ctx, depth: int) -> list[Ref]:
+        out = []
+        for name, binds in self.locals_of(c).items():
+            if any(b[0] == "assign" for b in binds):
+                for r in self._eval_bindings(c, name, binds, depth + 1, local=True):
+                    if r.kind == "built":
+                        out.append(r)
+        return out
+
+
+def _dedup(refs) -> tuple:
+    seen = {}
+    for r in refs:
+        seen.setdefault(r, None)
+    return tuple(seen)

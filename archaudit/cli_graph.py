@@ -1,0 +1,154 @@
+"""Click commands of the call graph: `graph`, `callgraph`, `explain`."""
+from __future__ import annotations
+
+import json
+import re
+
+import click
+
+_SITE = re.compile(r"^(?P<file>.+):(?P<line>\d+)$")
+
+
+def _open(path: str):
+    from .callgraph import Analysis
+    from .sources import SourceError
+
+    try:
+        return Analysis.open(path)
+    except SourceError as e:
+        raise click.UsageError(str(e)) from None
+
+
+def _site(a, text: str):
+    """FILE:LINE -> GateSite; FILE is relative to the scan root (or absolute under it)."""
+    m = _SITE.match(text)
+    if not m:
+        raise click.BadParameter(f"{text!r}: expected FILE:LINE", param_hint="FILE:LINE")
+    f = m.group("file").replace("\\", "/")
+    root = getattr(a.source, "root", None)
+    if root is not None and f.startswith(str(root).rstrip("/") + "/"):
+        f = f[len(str(root).rstrip("/")) + 1:]
+    site = a.site_at(f, int(m.group("line")))
+    if site is None:
+        raise click.UsageError(f"{text}: no such Python file/line in the scan (paths are relative to the scan root)")
+    return site
+
+
+def _write(text: str, output: str | None) -> None:
+    if output:
+        with open(output, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    else:
+        click.echo(text, nl=False)
+
+
+def explain_data(a, site):
+    """Data for `explain` (the lead adds per-target verdicts on top of this)."""
+    return a.explain(site)
+
+
+@click.command("explain")
+@click.argument("path", type=click.Path(path_type=str))
+@click.argument("site")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True))
+def explain_cmd(path, site, fmt, output):
+    """Chain from the gate at FILE:LINE to each JIT module it controls, with its sources."""
+    from .callgraph.render import explain_text
+    from .pipeline import run_with_big_stack
+
+    a = _open(path)
+    s = _site(a, site)
+    e = run_with_big_stack(lambda: explain_data(a, s))
+    _write(json.dumps(e.to_json(), indent=2) + "\n" if fmt == "json" else explain_text(e), output)
+
+
+@click.command("graph")
+@click.argument("path", type=click.Path(path_type=str))
+@click.option("--from", "start", required=True, metavar="QUALNAME|FILE:LINE",
+              help="A function (pkg.mod.func) or a gate position (file.py:LINE).")
+@click.option("--format", "fmt", type=click.Choice(["dot", "mermaid"]), default="dot", show_default=True)
+@click.option("--depth", type=click.IntRange(1, 30), default=10, show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True))
+def graph_cmd(path, start, fmt, depth, output):
+    """The subgraph from a gate or function down to the JIT modules it reaches (DOT or Mermaid)."""
+    from .callgraph.render import to_dot, to_mermaid
+    from .pipeline import run_with_big_stack
+
+    a = _open(path)
+    g, names = run_with_big_stack(lambda: _subgraph(a, start, depth))
+    _write(to_dot(g, names) if fmt == "dot" else to_mermaid(g, names), output)
+
+
+def _subgraph(a, start: str, depth: int):
+    import networkx as nx
+
+    names = {}
+    if _SITE.match(start) and ".py:" in start:
+        site = _site(a, start)
+        g = nx.DiGraph()
+        gate = f"gate {site.path}:{site.line}"
+        g.add_node(gate, kind="gate")
+        for b in a.modules_behind(site):
+            prev = gate
+            for ln in b.chain:
+                if ln.kind == "call":
+                    node = ln.text
+                elif ln.kind == "jit-module":
+                    node = b.module.node
+                    names[node] = b.module.name
+                else:
+                    continue
+                if node not in g:
+                    g.add_node(node, kind="jit" if ln.kind == "jit-module" else "function")
+                if not g.has_edge(prev, node):
+                    g.add_edge(prev, node, how=ln.how, sites=[(ln.path, ln.line, ln.how)])
+                prev = node
+        return g, names
+    if a.graph.r.ctx(start) is None:
+        raise click.UsageError(f"{start}: no such module, class or function in the scan")
+    sub = a.graph.reachable(start, max_depth=depth)
+    jits = [n for n in sub if n.startswith("<jit:")]
+    if jits:
+        keep = set(jits) | {start}
+        for j in jits:
+            keep |= nx.ancestors(sub, j)
+        sub = sub.subgraph(keep).copy()
+    else:
+        keep = {start} | set(sub.successors(start))
+        sub = sub.subgraph(keep).copy()
+    for n in sub:
+        if n.startswith("<jit:"):
+            m = a.jit.module(n[5:-1])
+            if m is not None:
+                names[n] = m.name
+    return sub, names
+
+
+@click.command("callgraph")
+@click.argument("path", type=click.Path(path_type=str))
+@click.option("--format", "fmt", type=click.Choice(["pycg", "json"]), default="pycg", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True))
+def callgraph_cmd(path, fmt, output):
+    """The whole call graph: PyCG JSON ({"pkg.mod.func": [callees]}) or archaudit JSON (edges with sites)."""
+    from .pipeline import run_with_big_stack
+
+    a = _open(path)
+    run_with_big_stack(a.graph.build_all)
+    if fmt == "pycg":
+        _write(json.dumps(a.graph.to_pycg(), indent=1, sort_keys=True) + "\n", output)
+        return
+    g = a.graph.g
+    data = {
+        "nodes": [{"name": n, **{k: v for k, v in d.items() if v is not None}} for n, d in sorted(g.nodes(data=True))],
+        "edges": [{"caller": u, "callee": v, "how": d["how"], "sites": [list(s) for s in d["sites"]]}
+                  for u, v, d in sorted(g.edges(data=True), key=lambda e: (e[0], e[1]))],
+        "jit_modules": [m.to_json() for m in (a.jit.module(k) for k in sorted(a.graph.r.sinks)) if m is not None],
+    }
+    _write(json.dumps(data, indent=1) + "\n", output)
+
+
+def register(main: click.Group) -> None:
+    main.add_command(explain_cmd)
+    main.add_command(graph_cmd)
+    main.add_command(callgraph_cmd)
