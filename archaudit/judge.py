@@ -35,6 +35,7 @@ class ModuleRef:
     include_roots: list[str] = field(default_factory=list)
     defines: dict[str, str] = field(default_factory=dict)
     flags_gate: tuple[str, int] | None = None  # the arch-list gate feeding its nvcc flags
+    host_sources: list[str] = field(default_factory=list)  # resolved .cpp/.cc files (no device code)
     binary: dict | None = None  # prebuilt code: {"artifact", "archs": {...}, "runs": "sass"|"ptx-jit"|"no"}
 
 
@@ -79,6 +80,10 @@ def judge_module(ref: ModuleRef, ct: CompileTarget, tus: TuCache) -> ModuleJudge
         mv.reason = ref.binary.get("reason", "prebuilt code")
         return out
     if ref.unresolved or not ref.sources:
+        if not ref.unresolved and ref.host_sources:
+            mv.sources = list(ref.host_sources)
+            mv.reason = "host code only: nothing is compiled for the GPU"
+            return out
         mv.prediction = "unknown"
         mv.reason = "; ".join(ref.unresolved) or "no source file resolved"
         return out
@@ -171,11 +176,11 @@ def classify(gate: Gate, gpu: Gpu, ct: CompileTarget, behind: Behind, tus: TuCac
             undecided = [k for k in kernels if k.status not in STUBS and k.status != "real"]
             scope = (f"entry point(s) {', '.join(sorted(ref.entry_points))}" if narrowed else "the module")
             for k in stubs:
+                what = ("is an empty kernel that silently does nothing" if k.status == "empty-stub"
+                        else "only traps")
+                guard = f": its body is excluded by the guard at line {k.guard_line}" if k.guard_line else ""
                 f.evidence.append(Evidence(k.path, k.guard_line or k.line, k.status, (),
-                                           f"kernel {k.name} (line {k.line}) is an "
-                                           f"{'empty kernel that silently does nothing' if k.status == 'empty-stub' else 'trap'}"
-                                           f" on {ct.name}" + (f": body excluded by the guard at line {k.guard_line}"
-                                                               if k.guard_line else "")))
+                                           f"kernel {k.name} (line {k.line}) {what} on {ct.name}{guard}"))
             if undecided and not stubs:
                 verdicts.append(UNRESOLVED)
                 reasons.append(f"{ref.name}: kernel(s) {', '.join(k.name for k in undecided)} are under conditions "
@@ -221,7 +226,8 @@ def judge_gates(gates: list[Gate], gpus: list[tuple[Gpu, CompileTarget]], behind
         if b is None:
             b = cache[(g.path, g.line)] = behind(g)
         f = classify(g, gpu, ct, b, tus)
-        if f.verdict == SOFTWARE_ONLY and patcher is not None:
+        if f.verdict in (SOFTWARE_ONLY, PARTIAL) and patcher is not None:
+            # partial: the plan still applies, for the entry points the reason names as real
             _patch_plan(f, g, gpu, b, by_place, patcher)
         findings.append(f)
     return sorted(findings, key=Finding.sort_key)
@@ -245,3 +251,46 @@ def _patch_plan(f: Finding, g: Gate, gpu: Gpu, b: Behind, by_place, patcher) -> 
             notes.append(f"{pg.path}:{pg.line}: no patch ({p.description})")
     f.patch = "".join(diffs) or None
     f.reason += "; patch plan: " + "; ".join(notes)
+
+
+DEVICE_SUFFIXES = (".cu",)
+
+
+def behind_from_callgraph(analysis) -> BehindFn:
+    """Adapt the call graph's answer (archaudit.callgraph) to what the judge needs."""
+
+    def behind(gate: Gate) -> Behind:
+        try:
+            mods = analysis.modules_behind(gate)
+        except RecursionError:
+            return Behind([], reason="the call graph search went too deep")
+        if not mods:
+            return Behind([], reason="no JIT module is reached from the region this gate guards")
+        refs: dict[str, ModuleRef] = {}
+        for bm in mods:
+            jm = bm.module
+            sources, host, unresolved = [], [], []
+            for s in jm.sources:
+                if s.status == "resolved" and s.path:
+                    (sources if s.path.endswith(DEVICE_SUFFIXES) else host).append(s.path)
+                elif s.status == "generated":
+                    unresolved.append(f"source {s.text} is generated at build time"
+                                      + (f" from {', '.join(s.templates)}" if s.templates else ""))
+                else:
+                    unresolved.append(f"source {s.text}: {s.status}" + (f" ({s.reason})" if s.reason else ""))
+            unresolved += [f"{k}: {r}" for k, r in jm.unresolved]
+            if not jm.name_resolved:
+                unresolved.append(f"module name {jm.name} is not a constant")
+            flags_gate = next(((fs.path, fs.line) for fs in jm.flags if fs.kind == "arch-list"), None)
+            ref = refs.get(jm.key)
+            entry = frozenset(bm.entry_points) if bm.entry_points is not None else None
+            if ref is None:
+                refs[jm.key] = ModuleRef(jm.name, sorted(dict.fromkeys(sources)), list(bm.chain), entry,
+                                         sorted(dict.fromkeys(unresolved)), flags_gate=flags_gate,
+                                         host_sources=sorted(dict.fromkeys(host)))
+            elif ref.entry_points is not None:
+                # reached along several paths: the union of what they call, unknown beats known
+                ref.entry_points = None if entry is None else ref.entry_points | entry
+        return Behind(sorted(refs.values(), key=lambda r: r.name))
+
+    return behind

@@ -106,7 +106,8 @@ def _candidates(name: str, gpu: Gpu) -> list[str]:
         return []
     out = []
     digits = f"{gpu.major}{gpu.minor}"
-    for spelled in (digits, f"{gpu.major}x", f"{digits}a", f"{digits}f", f"{gpu.major}"):
+    # the target itself, then its family / major spelled the ways predicates are named
+    for spelled in (digits, f"{gpu.major}x", f"{digits}a", f"{digits}f", f"{gpu.major}0", f"{gpu.major}"):
         cand = name[:m.start(1)] + spelled + name[m.end(2):]
         if cand != name and cand not in out:
             out.append(cand)

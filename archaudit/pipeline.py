@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .model import Diagnostic, Finding, Gate
+from .model import CPP_RUNTIME_CHECK, Diagnostic, Finding, Gate
 from .cuda.runtime_checks import scan_runtime_checks
 from .python.gates import find_python_gates
 from .python.index import Index
@@ -108,6 +108,10 @@ def scan(path, targets: list[TargetRequest] | None = None, reg: Registry | None 
     pkg_of = package_resolver(source, dists)
     for g in cpp_gates:
         g.package = pkg_of(g.path)
+    gates = sorted(gscan.gates + cpp_gates, key=Gate.sort_key)
+    findings: list[Finding] = []
+    if targets:
+        findings = run_with_big_stack(lambda: judge_scan(source, files, index, gates, targets, reg, path_based, say))
     budget = [
         Diagnostic(index.path_of.get(m, m), "analysis-budget",
                    f"evaluation of {m + '.' + q if q else m} stopped at the step budget; gates after that point may be missing")
@@ -121,13 +125,43 @@ def scan(path, targets: list[TargetRequest] | None = None, reg: Registry | None 
         "python_modules_evaluated": gscan.evaluated_modules,
         "python_functions_evaluated": gscan.evaluated_functions,
         "gate_rounds": gscan.rounds,
+        "findings": len(findings),
         "seconds": round(time.perf_counter() - t0, 3),
     }
     return ScanResult(
         root=str(path) if path is not None else source.label,
         packages=dists,
-        gates=sorted(gscan.gates + cpp_gates, key=Gate.sort_key),
+        gates=gates,
         diagnostics=diags,
+        findings=findings,
         targets=list(targets or []),
         stats=stats,
     )
+
+
+def judge_scan(source: Source, files: list[str], index: Index, gates: list[Gate], targets: list[TargetRequest],
+               reg: Registry, path_based: bool, say: Progress) -> list[Finding]:
+    """Verdicts for every gate x target the gate excludes (archaudit.judge)."""
+    from .callgraph import Analysis
+    from .cuda.tu import CudaProject
+    from .judge import Behind, ModuleRef, TuCache, behind_from_callgraph, judge_gates
+    from .patch import Patcher, module_binding, reevaluate_gate
+
+    reader = _Reader(source)
+    say("finding include roots")
+    project = CudaProject(reader, CudaProject.discover_include_roots(files, reader), files=files)
+    py_files = [f for f in files if f.endswith(".py")]
+    python_behind = behind_from_callgraph(Analysis(source, index))
+
+    def behind(g: Gate) -> Behind:
+        if g.kind == CPP_RUNTIME_CHECK:
+            # a host-side check guards the code of its own translation unit
+            if g.path.endswith(".cu"):
+                return Behind([ModuleRef(g.path.rsplit("/", 1)[-1], [g.path])])
+            return Behind([], reason="a runtime check in a header: the translation units including it are not followed")
+        return python_behind(g)
+
+    patcher = Patcher(source, index, reg, lambda s, g: reevaluate_gate(s, g, reg, py_files, path_based),
+                      module_binding(index, reg))
+    pairs = [(t.gpu, reg.compile_target(t)) for t in targets]
+    return judge_gates(gates, pairs, behind, TuCache(project), patcher, progress=say)

@@ -1,0 +1,88 @@
+"""Verdicts on the fixture packages: exact findings, evidence and patches, and a patch round trip."""
+import shutil
+import subprocess
+
+import pytest
+
+from archaudit.pipeline import scan
+
+from conftest import FIXTURES
+
+ROOT = FIXTURES / "verdicts"
+
+# (gate path, line) -> (verdict, [(evidence path, line, feature)])
+EXPECTED_SM120 = {
+    ("kernlib/gemm.py", 6): ("hardware-bound", [("kernlib/data/csrc/hopper_gemm.cu", 4, "ptx.wgmma")]),
+    ("kernlib/jit/modules.py", 6): ("partial", [("kernlib/data/include/kernlib/comm.cuh", 7, "empty-stub")]),
+    ("kernlib/jit/modules.py", 18): ("hardware-bound", [("kernlib/data/csrc/hopper_gemm.cu", 4, "ptx.wgmma")]),
+    ("kernlib/jit/modules.py", 23): ("software-only", []),
+    ("kernlib/jit/modules.py", 28): ("hardware-bound", [("kernlib/data/csrc/blackwell.cu", 4, "trap-stub")]),
+    ("servelib/fusion.py", 9): ("software-only", []),
+}
+
+
+@pytest.fixture(scope="module")
+def result(reg):
+    return scan(ROOT, [reg.parse("sm_120")])
+
+
+def test_exact_findings_sm120(result):
+    got = {(f.gate.path, f.gate.line): (f.verdict, [(e.path, e.line, e.feature) for e in f.evidence])
+           for f in result.findings}
+    assert got == EXPECTED_SM120
+    assert {f.target for f in result.findings} == {"sm_120"}
+
+
+def test_partial_names_the_empty_kernel_and_the_safe_entry_points(result):
+    f = next(f for f in result.findings if (f.gate.path, f.gate.line) == ("kernlib/jit/modules.py", 6))
+    (m,) = f.modules
+    assert (m.name, m.compile_target, m.prediction) == ("comm", "sm_120f", "builds")
+    assert m.sources == ["kernlib/data/csrc/comm.cu", "kernlib/data/csrc/comm_fusion.cu"]
+    assert [(k.name, k.status, k.guard_line) for k in m.kernels] == [
+        ("allreduce_fusion_kernel", "real", None),
+        ("lamport_norm_kernel", "empty-stub", 7),
+        ("two_shot_kernel", "real", None),
+    ]
+    assert m.entry_points == {"allreduce_fusion": "real", "custom_all_reduce": "partial"}
+    assert "entry points real on sm_120f: allreduce_fusion" in f.reason
+    assert "supported_major_versions=[9, 10, 12]" in f.patch
+
+
+def test_chained_gate_patch_plan(result):
+    """servelib's gate leads to kernlib's arch list: the plan patches both."""
+    f = next(f for f in result.findings if (f.gate.path, f.gate.line) == ("servelib/fusion.py", 9))
+    assert [m.name for m in f.modules] == ["comm"]
+    assert "entry point(s) allreduce_fusion reaches only real kernels" in f.reason
+    assert "+    if not (get_platform().is_sm90 or get_platform().is_sm100 or get_platform().is_sm120):" in f.patch
+    assert "+    nvcc_flags = current_compilation_context.get_nvcc_flags_list(supported_major_versions=[9, 10, 12])" in f.patch
+    kinds = [link.kind for link in f.chain]
+    assert "jit-module" in kinds
+
+
+def test_no_patch_for_hardware_bound(result):
+    for f in result.findings:
+        if f.verdict == "hardware-bound":
+            assert f.patch is None
+
+
+def test_targets_that_are_admitted_give_no_finding(reg):
+    r = scan(ROOT, [reg.parse("sm_90")])
+    assert [(f.gate.path, f.gate.line, f.verdict) for f in r.findings] == [
+        ("kernlib/jit/modules.py", 28, "hardware-bound")]
+
+
+def test_patch_round_trip(tmp_path, reg, result):
+    """Apply the software-only patches to a copy and scan again: those gates now admit sm_120."""
+    if shutil.which("git") is None:
+        pytest.skip("git is needed to apply the patch")
+    copy = tmp_path / "verdicts"
+    shutil.copytree(ROOT, copy)
+    f = next(f for f in result.findings if (f.gate.path, f.gate.line) == ("servelib/fusion.py", 9))
+    (tmp_path / "p.diff").write_text(f.patch)
+    subprocess.run(["git", "apply", "-p0", str(tmp_path / "p.diff")], cwd=copy, check=True)
+    again = scan(copy, [reg.parse("sm_120")])
+    gates = {(g.path, g.line): g for g in again.gates}
+    assert "sm_120" in gates[("servelib/fusion.py", 9)].admits
+    assert "sm_120" in gates[("kernlib/jit/modules.py", 6)].admits
+    left = {(x.gate.path, x.gate.line) for x in again.findings}
+    assert ("servelib/fusion.py", 9) not in left and ("kernlib/jit/modules.py", 6) not in left
