@@ -233,6 +233,12 @@ def judge_gates(gates: list[Gate], gpus: list[tuple[Gpu, CompileTarget]], behind
     return sorted(findings, key=Finding.sort_key)
 
 
+def patch_gates_of(f: Finding, gates: list[Gate]) -> list[Gate]:
+    """The gates a finding's patch plan edits: its own, then the arch lists down its chain."""
+    by_place = {(g.path, g.line): g for g in gates}
+    return [by_place.get(p, f.gate) for p in f.plan] or [f.gate]
+
+
 def _patch_plan(f: Finding, g: Gate, gpu: Gpu, b: Behind, by_place, patcher) -> None:
     """The gate's own patch plus one for each gate further down the chain (the arch list feeding
     a module's nvcc flags) that also excludes the target."""
@@ -241,6 +247,7 @@ def _patch_plan(f: Finding, g: Gate, gpu: Gpu, b: Behind, by_place, patcher) -> 
         fg = by_place.get(ref.flags_gate) if ref.flags_gate else None
         if fg is not None and fg is not g and gpu.name not in fg.admits and fg not in plan:
             plan.append(fg)
+    f.plan = [(pg.path, pg.line) for pg in plan]
     diffs, notes = [], []
     for pg in plan:
         p = patcher.patch(pg, gpu)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from .model import CPP_RUNTIME_CHECK, Diagnostic, Finding, Gate
 from .cuda.runtime_checks import scan_runtime_checks
@@ -33,7 +33,11 @@ class _Reader:
             return None
 
     def exists(self, rel: str) -> bool:
-        return self.read(rel) is not None
+        # probing include candidates must not read (a missing file would be a diagnostic)
+        try:
+            return self.source.exists(rel)
+        except (OSError, SourceError):
+            return False
 
 
 @dataclass
@@ -44,6 +48,7 @@ class ScanResult:
     diagnostics: list[Diagnostic]
     targets: list[TargetRequest] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)  # gate x target verdicts (issue 5)
+    patcher: Any = None  # the scan's Patcher when verdicts were computed (used by `archaudit patch`)
     stats: dict = field(default_factory=dict)
 
 
@@ -110,8 +115,10 @@ def scan(path, targets: list[TargetRequest] | None = None, reg: Registry | None 
         g.package = pkg_of(g.path)
     gates = sorted(gscan.gates + cpp_gates, key=Gate.sort_key)
     findings: list[Finding] = []
+    patcher = None
     if targets:
-        findings = run_with_big_stack(lambda: judge_scan(source, files, index, gates, targets, reg, path_based, say))
+        findings, patcher = run_with_big_stack(
+            lambda: judge_scan(source, files, index, gates, targets, reg, path_based, say))
     budget = [
         Diagnostic(index.path_of.get(m, m), "analysis-budget",
                    f"evaluation of {m + '.' + q if q else m} stopped at the step budget; gates after that point may be missing")
@@ -134,13 +141,14 @@ def scan(path, targets: list[TargetRequest] | None = None, reg: Registry | None 
         gates=gates,
         diagnostics=diags,
         findings=findings,
+        patcher=patcher,
         targets=list(targets or []),
         stats=stats,
     )
 
 
 def judge_scan(source: Source, files: list[str], index: Index, gates: list[Gate], targets: list[TargetRequest],
-               reg: Registry, path_based: bool, say: Progress) -> list[Finding]:
+               reg: Registry, path_based: bool, say: Progress):
     """Verdicts for every gate x target the gate excludes (archaudit.judge)."""
     from .callgraph import Analysis
     from .cuda.tu import CudaProject
@@ -164,4 +172,4 @@ def judge_scan(source: Source, files: list[str], index: Index, gates: list[Gate]
     patcher = Patcher(source, index, reg, lambda s, g: reevaluate_gate(s, g, reg, py_files, path_based),
                       module_binding(index, reg))
     pairs = [(t.gpu, reg.compile_target(t)) for t in targets]
-    return judge_gates(gates, pairs, behind, TuCache(project), patcher, progress=say)
+    return judge_gates(gates, pairs, behind, TuCache(project), patcher, progress=say), patcher

@@ -36,9 +36,45 @@ def render_table(result, reg: Registry, console: Console) -> None:
         row.append(g.resolution.split(":", 1)[0] if g.resolved else f"[yellow]{g.resolution}[/yellow]")
         table.add_row(*row)
     console.print(table)
+    if result.findings:
+        render_findings(result, console)
     console.print(summary_line(result))
     if result.diagnostics:
         console.print(f"{len(result.diagnostics)} diagnostics (files that could not be read fully); --format json lists them")
+
+
+VERDICT_STYLE = {"software-only": "green", "partial": "yellow", "hardware-bound": "red",
+                 "binary-only": "magenta", "unresolved": "dim"}
+
+
+def _evidence_line(f) -> str:
+    if f.evidence:
+        e = f.evidence[0]
+        more = f" (+{len(f.evidence) - 1} more)" if len(f.evidence) > 1 else ""
+        return f"{e.path}:{e.line} {e.feature}{more}"
+    return f.reason
+
+
+def render_findings(result, console: Console) -> None:
+    """Findings grouped by the feature (JIT modules) behind them, the strongest verdicts first."""
+    order = {v: i for i, v in enumerate(("hardware-bound", "partial", "software-only", "binary-only", "unresolved"))}
+    table = Table(title="gates that exclude the target", header_style="bold", show_lines=False)
+    for col in ("target", "verdict", "gate", "modules", "evidence / reason"):
+        table.add_column(col, overflow="fold", max_width=None if col != "evidence / reason" else 70)
+    for f in sorted(result.findings, key=lambda f: (f.target, order.get(f.verdict, 9), f.feature, f.gate.path, f.gate.line)):
+        style = VERDICT_STYLE.get(f.verdict, "")
+        table.add_row(f.target, f"[{style}]{f.verdict}[/{style}]", f"{f.gate.path}:{f.gate.line}",
+                      f.feature or "-", _evidence_line(f))
+    console.print(table)
+    console.print(verdict_summary(result))
+
+
+def verdict_summary(result) -> str:
+    parts = []
+    for t in result.targets:
+        c = Counter(f.verdict for f in result.findings if f.target == t.gpu.name)
+        parts.append(f"{t.gpu.name}: " + (", ".join(f"{n} {v}" for v, n in sorted(c.items())) or "no gate excludes it"))
+    return "; ".join(parts)
 
 
 def summary_line(result) -> str:
@@ -56,8 +92,15 @@ def render_text(result, reg: Registry) -> str:
         lines.append(
             f"{g.path}:{g.line}:{g.col}: {g.kind}: {g.expr} admits [{' '.join(reg.sort_names(g.admits))}]{extra} ({g.resolution})"
         )
+    for f in result.findings:
+        lines.append(f"{f.gate.path}:{f.gate.line}:{f.gate.col}: {f.target}: {f.verdict}: {f.reason}")
+        for e in f.evidence:
+            lines.append(f"    evidence {e.path}:{e.line}: {e.feature}: {e.message}"
+                         + (f" (supported on {', '.join(e.supported_on)})" if e.supported_on else ""))
     for d in result.diagnostics:
         loc = f"{d.path}:{d.line}" if d.line else d.path
         lines.append(f"{loc}: {d.severity}: {d.kind}: {d.message}")
     lines.append(summary_line(result))
+    if result.targets:
+        lines.append(verdict_summary(result))
     return "\n".join(lines) + "\n"
