@@ -68,7 +68,8 @@ class TuCache:
 class ModuleJudgement:
     verdict: ModuleVerdict
     evidence: list[Evidence]  # blocking lines when the module fails
-    entry_kernels: dict[str, list[str]]  # exported name -> kernels it reaches
+    entry_kernels: dict[str, list[str]]  # exported name -> kernels (and stub functions) it reaches
+    stub_kind: dict[str, str] = field(default_factory=dict)  # function stub -> what makes it one
 
 
 def judge_module(ref: ModuleRef, ct: CompileTarget, tus: TuCache) -> ModuleJudgement:
@@ -88,6 +89,7 @@ def judge_module(ref: ModuleRef, ct: CompileTarget, tus: TuCache) -> ModuleJudge
         mv.reason = "; ".join(ref.unresolved) or "no source file resolved"
         return out
     status_of: dict[str, Kernel] = {}
+    stub_kind: dict[str, str] = {}
     unknown: list[str] = []
     for src in ref.sources:
         tu = tus.analyse(src, ct, ref.include_roots, ref.defines)
@@ -97,8 +99,18 @@ def judge_module(ref: ModuleRef, ct: CompileTarget, tus: TuCache) -> ModuleJudge
             # one name, several instantiations or files: the worst status speaks for it
             if prev is None or (prev.status == "real" and status != "real"):
                 status_of[k.name] = Kernel(k.name, k.path, k.line, status, k.guard_line)
+        # stubs inside functions (CUTLASS_NOT_IMPLEMENTED, CuTe's invalid control path, a trap,
+        # an oversized shared-memory request): the function counts as a stub for its callers
+        for st in tu.stubs:
+            if st.kind in ("empty-kernel", "trap-kernel"):
+                continue
+            name = st.function or f"{st.path}:{st.line}"
+            prev = status_of.get(name)
+            if prev is None or prev.status == "real":
+                status_of[name] = Kernel(name, st.path, st.line, "trap-stub", st.guard_line)
+                stub_kind[name] = f"{st.kind} ({st.text[:80]})"
         for name, e in tu.exports.items():
-            out.entry_kernels[name] = list(e.kernels)
+            out.entry_kernels[name] = sorted(set(e.kernels) | ({n for n in e.reached if n in stub_kind}))
         if tu.prediction == "fails":
             mv.prediction = "fails"
             mv.reason = mv.reason or tu.reason
@@ -108,9 +120,12 @@ def judge_module(ref: ModuleRef, ct: CompileTarget, tus: TuCache) -> ModuleJudge
         elif tu.prediction == "unknown":
             unknown.append(f"{src}: {tu.reason}")
     mv.kernels = sorted(status_of.values(), key=lambda k: (k.path, k.line, k.name))
+    out.stub_kind = stub_kind
     for name, ks in out.entry_kernels.items():
         sts = {status_of[k].status for k in ks if k in status_of}
-        mv.entry_points[name] = _combine(sts)
+        # reaching a function that stops at run time (an atom for another target, a trap):
+        # the entry point is taken to hit it, since a kernel template's callee is not bound here
+        mv.entry_points[name] = "stub" if any(k in stub_kind for k in ks) else _combine(sts)
     if mv.prediction != "fails" and unknown:
         mv.prediction = "unknown"
         mv.reason = "; ".join(unknown)
@@ -134,6 +149,11 @@ def _combine(statuses: set[str]) -> str:
     if statuses & set(STUBS):
         return "partial"
     return "unknown" if "unknown" in statuses else "real"
+
+
+def _all_entries_stub(mv: ModuleVerdict, entry_points: frozenset[str] | None) -> bool:
+    names = list(entry_points) if entry_points is not None else list(mv.entry_points)
+    return bool(names) and all(mv.entry_points.get(n) == "stub" for n in names)
 
 
 def reached_kernels(mj: ModuleJudgement, entry_points: frozenset[str] | None) -> tuple[list[Kernel], bool]:
@@ -177,17 +197,20 @@ def classify(gate: Gate, gpu: Gpu, ct: CompileTarget, behind: Behind, tus: TuCac
             scope = (f"entry point(s) {', '.join(sorted(ref.entry_points))}" if narrowed else "the module")
             for k in stubs:
                 what = ("is an empty kernel that silently does nothing" if k.status == "empty-stub"
+                        else f"stops at run time: {mj.stub_kind[k.name]}" if k.name in mj.stub_kind
                         else "only traps")
                 guard = f": its body is excluded by the guard at line {k.guard_line}" if k.guard_line else ""
+                noun = "function" if k.name in mj.stub_kind else "kernel"
                 f.evidence.append(Evidence(k.path, k.guard_line or k.line, k.status, (),
-                                           f"kernel {k.name} (line {k.line}) {what} on {ct.name}{guard}"))
+                                           f"{noun} {k.name} (line {k.line}) {what} on {ct.name}{guard}"))
             if undecided and not stubs:
                 verdicts.append(UNRESOLVED)
                 reasons.append(f"{ref.name}: kernel(s) {', '.join(k.name for k in undecided)} are under conditions "
                                f"that could not be decided for {ct.name}")
-            elif stubs and not real:
+            elif stubs and (not real or _all_entries_stub(mv, ref.entry_points if narrowed else None)):
                 verdicts.append(HARDWARE_BOUND)
-                reasons.append(f"{ref.name}: every kernel {scope} reaches is a stub on {ct.name}")
+                reasons.append(f"{ref.name}: every kernel {scope} reaches is a stub on {ct.name}"
+                               if not real else f"{ref.name}: every entry point of {scope} stops at run time on {ct.name}")
             elif stubs:
                 verdicts.append(PARTIAL)
                 safe = sorted(e for e, st in mv.entry_points.items() if st == "real")

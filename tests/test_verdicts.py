@@ -17,6 +17,8 @@ EXPECTED_SM120 = {
     ("kernlib/jit/modules.py", 18): ("hardware-bound", [("kernlib/data/csrc/hopper_gemm.cu", 4, "ptx.wgmma")]),
     ("kernlib/jit/modules.py", 23): ("software-only", []),
     ("kernlib/jit/modules.py", 28): ("hardware-bound", [("kernlib/data/csrc/blackwell.cu", 4, "trap-stub")]),
+    ("kernlib/jit/modules.py", 33): ("hardware-bound", [("kernlib/data/csrc/cute_gemm.cu", 9, "trap-stub"),
+                                                        ("kernlib/data/csrc/cute_gemm.cu", 22, "trap-stub")]),
     ("servelib/fusion.py", 9): ("software-only", []),
 }
 
@@ -68,7 +70,7 @@ def test_no_patch_for_hardware_bound(result):
 def test_targets_that_are_admitted_give_no_finding(reg):
     r = scan(ROOT, [reg.parse("sm_90")])
     assert [(f.gate.path, f.gate.line, f.verdict) for f in r.findings] == [
-        ("kernlib/jit/modules.py", 28, "hardware-bound")]
+        ("kernlib/jit/modules.py", 28, "hardware-bound"), ("kernlib/jit/modules.py", 33, "hardware-bound")]
 
 
 def test_patch_round_trip(tmp_path, reg, result):

@@ -104,6 +104,7 @@ class Export:
     function: str  # the C++ function behind the exported name
     line: int
     kernels: list[str] = field(default_factory=list)
+    reached: list[str] = field(default_factory=list)  # every function/kernel name reached from it
 
     def to_json(self) -> dict[str, Any]:
         return {"function": self.function, "line": self.line, "kernels": list(self.kernels)}
@@ -557,13 +558,28 @@ def _judge(proj: CudaProject, relpath: str, target: CompileTarget, pr: PreprocRe
         else:
             res.diagnostics.append(Diagnostic(path, "maybe-error", f"#error under an undecided non-architecture condition: {text[:120]}", line, "note"))
 
+    # a kernel whose own code is real but that calls a function that stops at run time (a CuTe
+    # atom on the wrong target, CUTLASS_NOT_IMPLEMENTED, a trap) is a stub too
+    stub_fns = {st.function: st for st in res.stubs
+                if st.function and st.kind not in ("empty-kernel", "trap-kernel")}
+    if stub_fns:
+        for i, k in enumerate(res.kernels):
+            if k.status != "real":
+                continue
+            got = _reach(proj, relpath, pr, facts, only_from=frozenset({k.name}))
+            hit = sorted(({facts[p].owners[j].name for p, j in got} & set(stub_fns)) - {k.name})
+            if hit:
+                st = stub_fns[hit[0]]
+                res.kernels[i] = KernelStatus(k.name, k.path, k.line, "trap", st.guard_line,
+                                              f"calls {hit[0]}, which stops at run time on {target.name}: "
+                                              f"{st.kind} at {st.path}:{st.line}")
     # entry points: which kernels each exported function reaches
     own = proj.reader.read(relpath) or b""
     kernel_names = {k.name for k in res.kernels}
     for name, (fn, line) in _exports(own.decode("utf-8", "replace")).items():
         got = _reach(proj, relpath, pr, facts, only_from=frozenset({fn}))
-        ks = sorted({facts[p].owners[i].name for p, i in got} & kernel_names)
-        res.exports[name] = Export(fn, line, ks)
+        names = {facts[p].owners[i].name for p, i in got}
+        res.exports[name] = Export(fn, line, sorted(names & kernel_names), sorted(names))
 
     key = lambda f: (0 if f.path == relpath else 1, order.get(f.path, 1 << 30), f.line)
     res.blocking.sort(key=key)
