@@ -235,10 +235,10 @@ def classify(gate: Gate, gpu: Gpu, ct: CompileTarget, behind: Behind, tus: TuCac
 
 
 def judge_gates(gates: list[Gate], gpus: list[tuple[Gpu, CompileTarget]], behind: BehindFn, tus: TuCache,
-                patcher=None, progress=None) -> list[Finding]:
+                patcher=None, progress=None, all_gates: list[Gate] | None = None) -> list[Finding]:
     """Every gate x target that the gate excludes, classified; software-only ones with a patch
-    plan that covers every gate on the chain."""
-    by_place = {(g.path, g.line): g for g in gates}
+    plan that covers every gate on the chain (looked up in all_gates, default: gates)."""
+    by_place = {(g.path, g.line): g for g in (all_gates if all_gates is not None else gates)}
     cache: dict[tuple[str, int], Behind] = {}
     findings: list[Finding] = []
     excluding = [(g, gpu, ct) for g in gates for gpu, ct in gpus if gpu.name not in g.admits]

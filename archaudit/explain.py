@@ -1,0 +1,124 @@
+"""`archaudit explain FILE:LINE --target T`: the whole evidence for one gate without a full scan.
+
+Only the function holding the line is evaluated (its callees on demand), then the call graph is
+searched from that gate, the modules behind it are judged for each target, and the gates down the
+chain (the arch lists feeding the modules' nvcc flags) are evaluated the same way for the patch plan.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .model import Finding, Gate
+from .sources import Source
+from .targets import Registry, TargetRequest
+
+
+@dataclass
+class GateExplanation:
+    gate: Gate
+    findings: list[Finding] = field(default_factory=list)  # one per target the gate excludes
+    admitted: list[str] = field(default_factory=list)  # targets the gate admits (no finding)
+
+
+def gates_at(source: Source, index, reg: Registry, path: str, line: int) -> list[Gate]:
+    """The gates on one line, from evaluating only the innermost function that holds it."""
+    from .python.gates import _to_gates
+    from .python.interp import Interp
+
+    modname = index.module_of_path.get(path)
+    if modname is None:
+        return _cpp_gates_at(source, path, line)
+    mod = index.module(modname, full=True)
+    if mod is None:
+        return []
+    src = mod.parsed.src
+    best = None
+    for qual, node in mod.functions.items():
+        end = node.line + src.count(b"\n", node.sb, node.eb)
+        if node.line <= line <= end and (best is None or node.sb >= best[1].sb):
+            best = (qual, node)
+    interp = Interp(index, reg)
+    if best is not None:
+        interp.report_function(mod, best[0], best[1])
+    else:
+        interp.report_module(modname)
+    return [g for g in _to_gates(interp.gates, lambda p: None) if g.path == path and g.line == line]
+
+
+def _cpp_gates_at(source: Source, path: str, line: int) -> list[Gate]:
+    from .cuda.runtime_checks import find_runtime_checks
+
+    data = source.read(path)
+    if data is None:
+        return []
+    return [g for g in find_runtime_checks(path, data) if g.line == line]
+
+
+def explain(source: Source, files: list[str], index, reg: Registry, path: str, line: int,
+            targets: list[TargetRequest], path_based: bool) -> list[GateExplanation]:
+    from .callgraph import Analysis
+    from .cuda.tu import CudaProject
+    from .judge import TuCache, behind_from_callgraph, judge_gates
+    from .patch import Patcher, module_binding, reevaluate_gate
+    from .pipeline import _Reader
+
+    gates = gates_at(source, index, reg, path, line)
+    if not gates:
+        return []
+    reader = _Reader(source)
+    project = CudaProject(reader, CudaProject.discover_include_roots(files, reader), files=files)
+    behind = behind_from_callgraph(Analysis(source, index))
+    py_files = [f for f in files if f.endswith(".py")]
+    patcher = Patcher(source, index, reg, lambda s, g: reevaluate_gate(s, g, reg, py_files, path_based),
+                      module_binding(index, reg))
+    # the gates down each chain, so that the patch plan can name them
+    chain_gates = list(gates)
+    for g in gates:
+        for ref in behind(g).modules:
+            if ref.flags_gate and ref.flags_gate != (g.path, g.line):
+                chain_gates += gates_at(source, index, reg, *ref.flags_gate)
+    pairs = [(t.gpu, reg.compile_target(t)) for t in targets]
+    tus = TuCache(project)
+    out = []
+    for g in gates:
+        fs = judge_gates([g], pairs, behind, tus, patcher, all_gates=chain_gates)
+        out.append(GateExplanation(g, fs, [t.gpu.name for t in targets if t.gpu.name in g.admits]))
+    return out
+
+
+def render_text(expls: list[GateExplanation], reg: Registry) -> str:
+    lines = []
+    for e in expls:
+        g = e.gate
+        lines.append(f"gate {g.path}:{g.line}:{g.col} in {g.function}")
+        lines.append(f"  {g.kind}: {g.expr}")
+        lines.append(f"  admits: {' '.join(reg.sort_names(g.admits)) or '(none)'}")
+        lines.append(f"  resolution: {g.resolution}")
+        for t in e.admitted:
+            lines.append(f"  {t}: admitted, nothing to judge")
+        for f in e.findings:
+            lines.append("")
+            lines.append(f"  {f.target}: {f.verdict.upper()}")
+            lines.append(f"    {f.reason}")
+            if f.chain:
+                lines.append("    chain:")
+                for link in f.chain:
+                    how = f" [{link.how}]" if link.how else ""
+                    lines.append(f"      {link.kind:<10} {link.path}:{link.line}  {link.text}{how}")
+            for m in f.modules:
+                lines.append(f"    module {m.name} for {m.compile_target}: {m.prediction} ({m.reason})")
+                for s in m.sources:
+                    lines.append(f"      source {s}")
+                for k in m.kernels:
+                    if k.status != "real":
+                        guard = f", guard line {k.guard_line}" if k.guard_line else ""
+                        lines.append(f"      {k.status}: {k.name} at {k.path}:{k.line}{guard}")
+                for name, st in sorted(m.entry_points.items()):
+                    lines.append(f"      entry point {name}: {st}")
+            for ev in f.evidence:
+                sup = f" (supported on {', '.join(ev.supported_on)})" if ev.supported_on else ""
+                lines.append(f"    evidence {ev.path}:{ev.line}: {ev.feature}: {ev.message}{sup}")
+            if f.patch:
+                lines.append("    patch:")
+                lines += ["      " + x for x in f.patch.rstrip("\n").split("\n")]
+    return "\n".join(lines) + "\n"

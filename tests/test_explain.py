@@ -1,0 +1,43 @@
+"""explain: the whole evidence for one gate, without a full scan."""
+from archaudit.explain import explain, render_text
+from archaudit.pipeline import run_with_big_stack
+from archaudit.python.index import Index
+from archaudit.sources import open_source
+
+from conftest import FIXTURES
+
+
+def _explain(reg, site, targets):
+    src = open_source(FIXTURES / "verdicts")
+    files = src.files()
+    idx = Index(src, [f for f in files if f.endswith(".py")], False)
+    path, line = site.rsplit(":", 1)
+    return run_with_big_stack(lambda: explain(src, files, idx, reg, path, int(line),
+                                              [reg.parse(t) for t in targets], False))
+
+
+def test_explain_chained_gate(reg):
+    (e,) = _explain(reg, "servelib/fusion.py:9", ["sm_120", "sm_90"])
+    assert e.admitted == ["sm_90"]
+    (f,) = e.findings
+    assert (f.target, f.verdict) == ("sm_120", "software-only")
+    assert [(link.kind, link.path, link.line) for link in f.chain] == [
+        ("region", "servelib/fusion.py", 9), ("call", "servelib/fusion.py", 11), ("jit-module", "kernlib/comm.py", 12)]
+    # the patch plan reaches the arch list down the chain, found without a full scan
+    assert "supported_major_versions=[9, 10, 12]" in f.patch
+    text = render_text([e], reg)
+    assert "entry point custom_all_reduce: partial" in text
+    assert "empty-stub: lamport_norm_kernel at kernlib/data/include/kernlib/comm.cuh:6, guard line 7" in text
+
+
+def test_explain_hardware_bound(reg):
+    (e,) = _explain(reg, "kernlib/gemm.py:6", ["sm_120"])
+    (f,) = e.findings
+    assert f.verdict == "hardware-bound"
+    assert [(ev.path, ev.line, ev.feature, ev.supported_on) for ev in f.evidence] == [
+        ("kernlib/data/csrc/hopper_gemm.cu", 4, "ptx.wgmma", ("sm_90a",))]
+    assert f.patch is None
+
+
+def test_explain_line_without_gate(reg):
+    assert _explain(reg, "kernlib/gemm.py:2", ["sm_120"]) == []
