@@ -290,12 +290,19 @@ def behind_from_callgraph(analysis) -> BehindFn:
     """Adapt the call graph's answer (archaudit.callgraph) to what the judge needs."""
 
     def behind(gate: Gate) -> Behind:
+        skipped = getattr(analysis.graph, "skipped_callers", {})
+        before = set(skipped)
         try:
             mods = analysis.modules_behind(gate)
         except RecursionError:
             return Behind([], reason="the call graph search went too deep")
+        new_skips = sorted(set(skipped) - before)
         if not mods:
-            return Behind([], reason="no JIT module is reached from the region this gate guards")
+            why = "no JIT module is reached from the region this gate guards"
+            if new_skips:
+                why += ("; callers not searched (name in too many modules): "
+                        + ", ".join(f"{q} ({skipped[q]})" for q in new_skips[:3]))
+            return Behind([], reason=why)
         refs: dict[str, ModuleRef] = {}
         for bm in mods:
             jm = bm.module

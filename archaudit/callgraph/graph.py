@@ -22,6 +22,7 @@ from ..python.index import Index, flatten_top
 from .resolve import Ctx, Ref, Resolver, iter_stmts, walk_exprs
 
 UNRESOLVED_PREFIX = "<unresolved:"
+MAX_CALLER_MODULES = 40  # reverse search: more modules naming a function than this is reported, not searched
 
 
 def jit_node(key: str) -> str:
@@ -50,6 +51,7 @@ class CallGraph:
         self._expanded: set[str] = set()
         self._calls: dict[str, list[Call]] = {}
         self._callers_done: set[str] = set()
+        self.skipped_callers = {}
 
     # ------------------------------------------------------------------ nodes
     def _node(self, name: str, kind: str, path: str | None = None, line: int | None = None) -> None:
@@ -211,6 +213,8 @@ class CallGraph:
                     seen[c.callee] = d + 1
         return self.g.subgraph(seen).copy()
 
+    skipped_callers: dict  # qualname -> modules naming it, when too many to search
+
     def callers(self, qualname: str) -> list[Call]:
         """Call sites of a function or class anywhere in the scan. Modules are parsed only when
         their bytes contain the callee's name (or, for __init__, its class name)."""
@@ -219,10 +223,16 @@ class CallGraph:
         pat = re.compile(rb"\b" + re.escape(short.encode()) + rb"\b")
         if qualname not in self._callers_done:
             self._callers_done.add(qualname)
-            for m in sorted(self.index.path_of):
+            needle = short.encode()
+            # a substring test runs at memchr speed; the word-boundary regex only on hits
+            cands = [m for m in sorted(self.index.path_of)
+                     if needle in self.index.source_bytes(m) and pat.search(self.index.source_bytes(m))]
+            if len(cands) > MAX_CALLER_MODULES:
+                # a name this common would pull in a large part of the scan: say so, do not guess
+                self.skipped_callers[qualname] = len(cands)
+                cands = []
+            for m in cands:
                 data = self.index.source_bytes(m)
-                if not pat.search(data):
-                    continue
                 mod = self.r.module(m)
                 if mod is None:
                     continue
