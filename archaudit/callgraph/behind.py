@@ -270,6 +270,9 @@ class Behind:
                 continue
             if st.k in ("if", "while") and st.f["test"].sb <= off < st.f["test"].eb:
                 out += [Region("caller:" + r.arm, r.ctx, r.spans, r.links) for r in self._if_regions(gctx, chain, l2)]
+                # the caller is itself a resolver when the branches decide what it returns
+                if gctx.kind == "function" and (self._returns_in(st.f["body"]) or self._returns_in(st.f["orelse"])):
+                    out += self._caller_regions(gctx, l2, depth - 1, False)
             elif st.k == "assign":
                 for t in st.f["targets"]:
                     if t.k == "name":

@@ -342,6 +342,8 @@ class ConstEval:
         if isinstance(base, (str, list, dict)):
             return _Method(base, attr)
         if isinstance(base, Unknown):
+            if base.reason == "external":
+                return Unknown("external", f"{base.detail}.{attr}")
             return Unknown(base.reason, base.detail, base.pattern + "." + attr if base.pattern else "")
         if isinstance(base, Alt):
             return Alt(tuple(self._attr(ctx, b, attr, n, depth) for b in base.options))
@@ -372,10 +374,13 @@ class ConstEval:
         return Unknown("unsupported-subscript", _short(ctx, n))
 
     def _binop(self, op: str, a, b):
-        if isinstance(a, Unknown):
-            return a
-        if isinstance(b, Unknown):
-            return b
+        if isinstance(a, Unknown) or isinstance(b, Unknown):
+            # keep a readable pattern: {GEN_DIR}/gen/inst_{dtype}.cu
+            if op in ("/", "+") and isinstance(a, (Unknown, str, PathV)) and isinstance(b, (Unknown, str, PathV)):
+                sep = "/" if op == "/" else ""
+                u = a if isinstance(a, Unknown) else b
+                return Unknown(u.reason, u.detail, _pat(a) + sep + _pat(b))
+            return a if isinstance(a, Unknown) else b
         if isinstance(a, Alt) or isinstance(b, Alt):
             opts_a = a.options if isinstance(a, Alt) else (a,)
             opts_b = b.options if isinstance(b, Alt) else (b,)
@@ -550,6 +555,14 @@ def _key(v):
         return v
     except TypeError:
         return repr(v)
+
+
+def _pat(v) -> str:
+    if isinstance(v, Unknown):
+        return v.pattern or "{" + (v.detail or v.reason) + "}"
+    if isinstance(v, PathV):
+        return v.path
+    return str(v)
 
 
 def _as_path(v):

@@ -137,6 +137,9 @@ class CallGraph:
             if k in ("function", "partial") and r.target != "<build>":
                 target = r.target
                 out.append(Call(ctx.qualname, target, path, call.line, call.col, "+".join(r.how) or "direct"))
+                if k == "function" and r.jit and target.rsplit(".", 1)[-1] in self.r.rules.build_methods:
+                    for key in sorted(r.jit):
+                        out.append(Call(ctx.qualname, jit_node(key), path, call.line, call.col, "+".join(r.how + ("build",))))
             elif k == "function" and r.target == "<build>":
                 for key in sorted(r.jit):
                     out.append(Call(ctx.qualname, jit_node(key), path, call.line, call.col, "+".join(r.how + ("build",))))

@@ -342,9 +342,10 @@ class JitModel:
         words = set(rules.by_def_name) | {e.rsplit(".", 1)[-1] for e in rules.by_external} | set(rules.base_names)
         pat = re.compile(rb"\b(" + b"|".join(re.escape(w.encode()) for w in sorted(words)) + rb")\b")
         mods = sorted(self.r.index.path_of)
+        wb = [w.encode() for w in words]
         for i, m in enumerate(mods):
             data = self.r.index.source_bytes(m)
-            if not pat.search(data):
+            if not any(w in data for w in wb) or not pat.search(data):
                 continue
             if progress and i % 100 == 0:
                 progress(f"JIT sinks: {i}/{len(mods)} modules")

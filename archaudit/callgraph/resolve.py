@@ -733,7 +733,7 @@ class Resolver:
         if k == "fstring":
             return (Ref("const", "str"),)
         if k in ("list", "tuple", "dict", "set", "comp"):
-            return (Ref("builtin", {"comp": "list"}.get(k, k) + "-value"),)
+            return (Ref("builtin", {"comp": "list"}.get(k, k)),)
         if k == "ifexp":
             return _dedup(list(self.eval(ctx, n.f["body"], depth + 1)) + list(self.eval(ctx, n.f["orelse"], depth + 1)))
         if k == "boolop":
@@ -813,17 +813,23 @@ class Resolver:
                 via = {"function": "function", "class": "class"}.get(k, "external")
                 self.sinks[key] = SinkSite(key, rule, ctx, call, via, r.target)
             kind = "built" if rule.kind == "built" else "spec"
+            tag = frozenset([key])
             if k == "class":
-                return [Ref("instance", r.target, r.how, frozenset([key]))]
-            return [Ref(kind, rule.id, r.how, frozenset([key]))]
+                return [Ref("instance", r.target, r.how, tag)]
+            if k == "function" and kind == "spec":
+                # gen_jit_spec returns a JitSpecNvcc: keep the class so .build_and_load() resolves to its method
+                inst = [Ref("instance", x.target, r.how, tag) for x in self.returns(r.target, depth + 1) if x.kind == "instance"]
+                if inst:
+                    return inst
+            return [Ref(kind, rule.id, r.how, tag)]
         if k == "function":
             if r.target == "<build>" or (r.jit and r.target.rsplit(".", 1)[-1] in self.rules.build_methods):
                 return [Ref("built", "build", r.how, r.jit)]
-            return list(self.returns(r.target, depth + 1))
+            return _returned(self.returns(r.target, depth + 1))
         if k == "class":
-            return [Ref("instance", r.target, ())]
+            return [Ref("instance", r.target, ("constructor",))]
         if k == "partial":
-            return list(self.returns(r.target, depth + 1))
+            return _returned(self.returns(r.target, depth + 1))
         if k == "external":
             if r.target in self.rules.partial_functions and call.f["args"]:
                 return [Ref("partial", x.target, x.how + ("lru_cache/partial",), x.jit)
@@ -883,6 +889,16 @@ class Resolver:
                     if r.kind == "built":
                         out.append(r)
         return out
+
+
+def _returned(refs) -> list[Ref]:
+    """Values coming out of a call: the labels of how they were found inside the callee do not
+    describe the call site; they are marked "return-value" (or "module-getter")."""
+    out = []
+    for x in refs:
+        how = ("module-getter",) if "module-getter" in x.how else ("return-value",) if x.kind != "unresolved" else ()
+        out.append(Ref(x.kind, x.target, how, x.jit, x.extra))
+    return out
 
 
 def _dedup(refs) -> tuple:
