@@ -101,8 +101,9 @@ def _subgraph(a, start: str, depth: int):
                     continue
                 if node not in g:
                     g.add_node(node, kind="jit" if ln.kind == "jit-module" else "function")
+                how = b.arm if prev == gate else ln.how  # the first edge says which region of the gate
                 if not g.has_edge(prev, node):
-                    g.add_edge(prev, node, how=ln.how, sites=[(ln.path, ln.line, ln.how)])
+                    g.add_edge(prev, node, how=how, sites=[(ln.path, ln.line, how)])
                 prev = node
         return g, names
     if a.graph.r.ctx(start) is None:

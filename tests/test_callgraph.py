@@ -1,0 +1,162 @@
+"""Call graph on fixtures/callgraph: exact edges against the hand-written expected graph."""
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from archaudit.callgraph import Analysis
+from archaudit.cli import main
+from conftest import FIXTURES
+
+ROOT = FIXTURES / "callgraph"
+# The IR keeps no expression for `raise X(...)` (python_ir.py), so calls inside raise statements
+# are not seen. This is the only expected edge missed; it is listed here so a fix shows up.
+KNOWN_MISSES = {("jitpkg.api.run", "<builtin>.RuntimeError")}
+
+
+@pytest.fixture(scope="module")
+def full():
+    a = Analysis.open(ROOT)
+    a.graph.build_all()
+    return a
+
+
+def expected():
+    exp = json.loads((ROOT / "expected_pycg.json").read_text())
+    exp.pop("_comment")
+    return exp
+
+
+def edges(d):
+    return {(k, v) for k, vs in d.items() for v in vs}
+
+
+def test_pycg_exact_edges_precision_recall(full):
+    got, exp = full.graph.to_pycg(), expected()
+    assert set(got) == set(exp)
+    g, e = edges(got), edges(exp)
+    assert g - e == set()
+    assert e - g == KNOWN_MISSES
+    precision = len(g & e) / len(g)
+    recall = len(g & e) / len(e)
+    assert precision == 1.0
+    assert len(e) == 65 and recall == pytest.approx(64 / 65)
+
+
+def sites(a, caller, callee):
+    return sorted((line, how) for _p, line, how in a.graph.g.edges[caller, callee]["sites"])
+
+
+@pytest.mark.parametrize("caller,callee,want", [
+    ("cgpkg.users.f_import", "cgpkg.core.helper", [(20, "import"), (21, "import+alias"), (22, "import+reexport")]),
+    ("cgpkg.users.f_import", "cgpkg.stars.star_fn", [(23, "import+star-import")]),
+    ("cgpkg.users.f_import", "cgpkg.core.other",
+     [(24, "relative-import+alias"), (25, "relative-import+alias"), (26, "import+alias+module-global-alias")]),
+    ("cgpkg.users.f_local", "cgpkg.core.cached", [(33, "local-import+lru_cache/partial")]),
+    ("cgpkg.users.f_local", "cgpkg.stars.star_fn", [(34, "local-import+alias")]),
+    ("cgpkg.users.f_getattr", "cgpkg.core.helper", [(39, "import+alias+getattr-const")]),
+    ("cgpkg.users.f_objects", "cgpkg.sub.impl.Child.__init__", [(47, "relative-import+constructor")]),
+    ("cgpkg.users.f_objects", "cgpkg.sub.impl.Child.go", [(48, "constructor+assignment-type")]),
+    ("cgpkg.users.f_objects", "cgpkg.sub.impl.Helper.assist", [(49, "relative-import+annotation"), (51, "relative-import+annotation")]),
+    ("cgpkg.users.f_objects", "cgpkg.sub.impl.Base.make", [(52, "relative-import+inheritance")]),
+    ("cgpkg.users.f_objects", "cgpkg.sub.impl.Base.run", [(53, "constructor")]),
+    ("cgpkg.core.call_decorated", "cgpkg.core.decorated", [(42, "decorator")]),
+    ("cgpkg.core.call_decorated", "cgpkg.core.cached2", [(41, "lru_cache/partial")]),
+    ("cgpkg.core.use_partial", "cgpkg.core.other", [(27, "lru_cache/partial")]),
+    ("cgpkg.core", "cgpkg.core.deco", [(34, "decorator")]),
+    ("cgpkg.sub.impl.Base.run", "cgpkg.sub.impl.Base.step", [(3, "self-method")]),
+    ("cgpkg.sub.impl.Child.go", "cgpkg.sub.impl.Base.run", [(28, "self-method+inheritance")]),
+    ("cgpkg.sub.impl.Child.go", "cgpkg.sub.impl.Helper.assist", [(27, "self-method+constructor+assignment-type")]),
+    ("cgpkg.sub.impl.Child.step", "cgpkg.sub.impl.Base.step", [(24, "inheritance")]),
+    ("cgpkg.sub.impl.Base.make", "cgpkg.sub.impl.Base", [(10, "self-method+constructor")]),
+])
+def test_resolution_rule_on_each_edge(full, caller, callee, want):
+    assert sites(full, caller, callee) == want
+
+
+def test_unresolved_callees_get_a_node_with_the_reason(full):
+    calls = {(c.callee, c.line, c.detail) for c in full.graph.expand("cgpkg.users.f_unresolved")}
+    assert calls == {
+        ("<unresolved:unknown-receiver>", 57, "parameter obj.method"),
+        ("<unresolved:undefined-name>", 58, "missing_fn"),
+        ("<unresolved:missing-attribute>", 59, "cgpkg.core has no no_such_function"),
+    }
+
+
+class CountingSource:
+    """Wraps a Source and records which files were read."""
+
+    def __init__(self, inner):
+        self.inner, self.read_paths = inner, []
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def read(self, rel):
+        self.read_paths.append(rel)
+        return self.inner.read(rel)
+
+
+def test_demand_driven_expansion_reads_only_reached_modules():
+    from archaudit.python.index import Index
+    from archaudit.sources import open_source
+
+    src = CountingSource(open_source(ROOT))
+    a = Analysis(src, Index(src, [f for f in src.files() if f.endswith(".py")]))
+    calls = a.graph.expand("cgpkg.core.call_decorated")
+    assert {c.callee for c in calls} == {"cgpkg.core.cached", "cgpkg.core.cached2", "cgpkg.core.decorated"}
+    assert set(src.read_paths) == {"cgpkg/core.py"}
+
+
+def test_callers_prefilter_by_bytes():
+    a = Analysis.open(ROOT)
+    got = [(c.caller, c.line, c.how) for c in a.graph.callers("cgpkg.stars.star_fn")]
+    assert got == [("cgpkg.users.f_import", 23, "import+star-import"), ("cgpkg.users.f_local", 34, "local-import+alias")]
+    # only files naming star_fn were parsed
+    parsed = {m for m in a.graph.r._gbind} | {c.qualname.split(".")[0] for c in a.graph.r._ctx.values() if c}
+    assert "jitpkg" not in parsed
+
+
+def test_cli_callgraph_pycg_matches_api():
+    r = CliRunner().invoke(main, ["callgraph", str(ROOT), "--format", "pycg"])
+    assert r.exit_code == 0, r.output
+    got = json.loads(r.output)
+    assert edges(got) == edges(expected()) - KNOWN_MISSES
+
+
+def test_cli_callgraph_json_has_sites_and_jit_modules():
+    r = CliRunner().invoke(main, ["callgraph", str(ROOT), "--format", "json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    e = [x for x in d["edges"] if x["caller"] == "cgpkg.users.f_getattr" and x["callee"] == "cgpkg.core.helper"]
+    assert e == [{"caller": "cgpkg.users.f_getattr", "callee": "cgpkg.core.helper", "how": "import+alias+getattr-const",
+                  "sites": [["cgpkg/users.py", 39, "import+alias+getattr-const"]]}]
+    assert sorted(m["name"] for m in d["jit_modules"]) == ["ext_mod", "fused", "generated_{dtype}", "listcomp", "loop_alpha", "missing"]
+
+
+def test_cli_graph_from_function_dot_and_mermaid():
+    r = CliRunner().invoke(main, ["graph", str(ROOT), "--from", "jitpkg.api.run", "--format", "dot"])
+    assert r.exit_code == 0, r.output
+    assert r.output.startswith('digraph "callgraph" {')
+    assert '"JIT fused"' in r.output and '"jitpkg.api.fused_op"' in r.output
+    assert '"jitpkg.api.is_sm90"' not in r.output  # no path to a sink: pruned
+    r = CliRunner().invoke(main, ["graph", str(ROOT), "--from", "jitpkg/api.py:30", "--format", "mermaid"])
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert lines[0] == "flowchart LR"
+    assert any('[["JIT fused"]]' in x for x in lines)
+    assert any("-->|after-exit|" in x for x in lines)
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["graph", "/no/such/dir", "--from", "x"], "no such file"),
+    (["graph", str(ROOT), "--from", "nope.nothing"], "no such module"),
+    (["explain", str(ROOT), "jitpkg/api.py"], "expected FILE:LINE"),
+    (["explain", str(ROOT), "jitpkg/nothere.py:3"], "no such Python file"),
+    (["explain", str(ROOT), "jitpkg/api.py:9999"], "no such Python file"),
+])
+def test_cli_bad_input_is_a_usage_error(args, msg):
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 2
+    assert msg in r.output
+    assert "Traceback" not in r.output
