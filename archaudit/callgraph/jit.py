@@ -21,7 +21,7 @@ _ARCH_FLAG = re.compile(r"-gencode|arch=|compute_\d|sm_\d|^-arch|--gpu-architect
 @dataclass(frozen=True)
 class SourceFile:
     text: str  # the path as evaluated (or the pattern with {holes})
-    status: str  # "resolved" | "missing" | "generated" | "inline" | "outside" | "unresolved"
+    status: str  # "resolved" | "missing" | "alternative" | "generated" | "inline" | "outside" | "unresolved"
     path: str | None = None  # root-relative file in the scan (for resolved/missing)
     reason: str = ""
     templates: tuple[str, ...] = ()  # for generated sources
@@ -65,7 +65,7 @@ class JitModule:
 
     @property
     def all_sources_resolved(self) -> bool:
-        return bool(self.sources) and all(s.status in ("resolved", "generated", "inline") for s in self.sources) and not any(
+        return bool(self.sources) and all(s.status in ("resolved", "generated", "inline", "alternative") for s in self.sources) and not any(
             k.startswith("sources") for k, _ in self.unresolved)
 
     @property
@@ -157,6 +157,11 @@ class JitModel:
                     if templates:
                         sf = SourceFile(sf.text, "generated", reason=f"rendered at run time ({sf.reason})", templates=templates)
                 m.sources.append(sf)
+        # `_source_dir()` returning an installed or a checkout directory: a candidate that does not
+        # exist is not a missing source when the same file resolves through another candidate
+        found = {sf.path.rsplit("/", 1)[-1] for sf in m.sources if sf.status == "resolved"}
+        m.sources = [SourceFile(sf.text, "alternative", sf.path, "another candidate path for this file exists")
+                     if sf.status == "missing" and sf.path.rsplit("/", 1)[-1] in found else sf for sf in m.sources]
         for sf in m.sources:
             if sf.status in ("unresolved", "missing", "outside"):
                 m.unresolved.append((f"sources-{sf.status}", f"{sf.text}: {sf.reason}"))
