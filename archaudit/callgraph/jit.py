@@ -21,7 +21,7 @@ _ARCH_FLAG = re.compile(r"-gencode|arch=|compute_\d|sm_\d|^-arch|--gpu-architect
 @dataclass(frozen=True)
 class SourceFile:
     text: str  # the path as evaluated (or the pattern with {holes})
-    status: str  # "resolved" | "missing" | "alternative" | "generated" | "inline" | "outside" | "unresolved"
+    status: str  # "resolved" | "missing" | "generated" | "inline" | "outside" | "unresolved" ("alternative": see JitModule)
     path: str | None = None  # root-relative file in the scan (for resolved/missing)
     reason: str = ""
     templates: tuple[str, ...] = ()  # for generated sources
@@ -62,10 +62,13 @@ class JitModule:
     sources: list[SourceFile] = field(default_factory=list)
     flags: list[FlagSource] = field(default_factory=list)
     unresolved: list[tuple[str, str]] = field(default_factory=list)  # (kind, reason)
+    # candidate paths that do not exist while the same file resolves through another candidate
+    # (`_source_dir()` returning an installed or a checkout directory); not counted as sources
+    alternatives: list[SourceFile] = field(default_factory=list)
 
     @property
     def all_sources_resolved(self) -> bool:
-        return bool(self.sources) and all(s.status in ("resolved", "generated", "inline", "alternative") for s in self.sources) and not any(
+        return bool(self.sources) and all(s.status in ("resolved", "generated", "inline") for s in self.sources) and not any(
             k.startswith("sources") for k, _ in self.unresolved)
 
     @property
@@ -77,6 +80,7 @@ class JitModule:
                 "kind": self.kind, "path": self.path, "line": self.line, "function": self.function,
                 "sources": [s.to_json() for s in self.sources], "flags": [f.to_json() for f in self.flags],
                 "unresolved": [{"kind": k, "reason": r} for k, r in self.unresolved],
+                "alternatives": [a.to_json() for a in self.alternatives],
                 "all_sources_resolved": self.all_sources_resolved}
 
 
@@ -160,8 +164,9 @@ class JitModel:
         # `_source_dir()` returning an installed or a checkout directory: a candidate that does not
         # exist is not a missing source when the same file resolves through another candidate
         found = {sf.path.rsplit("/", 1)[-1] for sf in m.sources if sf.status == "resolved"}
-        m.sources = [SourceFile(sf.text, "alternative", sf.path, "another candidate path for this file exists")
-                     if sf.status == "missing" and sf.path.rsplit("/", 1)[-1] in found else sf for sf in m.sources]
+        alt = [sf for sf in m.sources if sf.status == "missing" and sf.path.rsplit("/", 1)[-1] in found]
+        m.alternatives = [SourceFile(sf.text, "alternative", sf.path, "another candidate path for this file exists") for sf in alt]
+        m.sources = [sf for sf in m.sources if sf not in alt]
         for sf in m.sources:
             if sf.status in ("unresolved", "missing", "outside"):
                 m.unresolved.append((f"sources-{sf.status}", f"{sf.text}: {sf.reason}"))
