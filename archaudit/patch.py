@@ -142,7 +142,10 @@ class Patcher:
         edits = self._arch_list_edits(text, gate, gpu) if gate.kind == ARCH_LIST else (
             self._predicate_edits(text, gate, gpu) if gate.kind in (FLAG, PREDICATE_CALL, CAPABILITY_COMPARE) else [])
         if not edits:
-            return Patch(gate.path, None, f"no edit known for a {gate.kind} gate of this shape")
+            if gate.kind == ARCH_LIST:
+                return Patch(gate.path, None, "the architecture list is neither a literal nor a module constant in this file")
+            return Patch(gate.path, None, f"no predicate for {gpu.name} (or for its major) is in scope at the gate or in "
+                         "the predicates it calls, and no torch to write a capability test with")
         tried = []
         for path, new_text, what in edits:
             old_text = text if path == gate.path else (self.source.read(path) or b"").decode("utf-8", "surrogateescape")
@@ -220,6 +223,49 @@ class Patcher:
         if span is None:
             return []
         start, end, expr = span
+        return self._expr_edits(gate.path, text, start, end, expr, gpu) + self._definition_edits(gate, expr, gpu)
+
+    def _definition_edits(self, gate: Gate, expr: ast.expr, gpu: Gpu) -> list[tuple[str, str, str]]:
+        """A test like `if apply_fusion(n):` whose architecture part lives in the predicate's own
+        `return (...)`: edit that return expression (verified through the gate, as always)."""
+        if self.binding is None:
+            return []
+        from .python.values import FuncRef
+
+        modname = self.index.module_of_path.get(gate.path)
+        out = []
+        for n in ast.walk(expr):
+            if not (isinstance(n, ast.Call) and isinstance(n.func, ast.Name)) or _PRED_ATOM.search(n.func.id):
+                continue
+            v = self.binding(modname, n.func.id) if modname else None
+            f = v.single() if v is not None and hasattr(v, "single") else None
+            if not isinstance(f, FuncRef):
+                continue
+            mod = self.index.module(f.module, full=True)
+            node = mod.functions.get(f.qual) if mod is not None else None
+            if node is None:
+                continue
+            text = (self.source.read(mod.path) or b"").decode("utf-8", "surrogateescape")
+            try:
+                tree = ast.parse(text)
+            except SyntaxError:
+                continue
+            fn = next((d for d in ast.walk(tree) if isinstance(d, (ast.FunctionDef, ast.AsyncFunctionDef))
+                       and d.name == f.qual.rsplit(".", 1)[-1] and d.lineno <= node.line <= d.end_lineno), None)
+            for ret in (r for r in ast.walk(fn) if isinstance(r, ast.Return) and r.value is not None) if fn else ():
+                start = _offset(text, ret.value.lineno, ret.value.col_offset + 1)
+                end = _offset(text, ret.value.end_lineno, ret.value.end_col_offset + 1)
+                try:
+                    sub = ast.parse("(" + text[start:end] + "\n)", mode="eval").body
+                except SyntaxError:
+                    continue
+                out += [(p, t, f"in {f.fullname}: {what}") for p, t, what in
+                        self._expr_edits(mod.path, text, start, end, sub, gpu, with_fallback=False)]
+        return out
+
+    def _expr_edits(self, path: str, text: str, start: int, end: int, expr: ast.expr, gpu: Gpu,
+                    with_fallback: bool = True) -> list[tuple[str, str, str]]:
+        gate = Gate(path, 0, 0, "", "", "", frozenset(), "")  # where the edit goes
         src = "(" + text[start:end] + "\n)"
         out = []
         callees = {id(n.func) for n in ast.walk(expr) if isinstance(n, ast.Call)}
@@ -252,7 +298,7 @@ class Patcher:
                     a, b = start + lo - 1, start + hi - 1
                     out.append((gate.path, text[:a] + new_list + text[b:], f"add {gpu.major} to {src[lo:hi]}"))
         # an explicit capability test, when the module has torch at hand
-        if re.search(r"^\s*import torch\b", text, re.M) and atoms:
+        if with_fallback and re.search(r"^\s*import torch\b", text, re.M) and atoms:
             test = f"torch.cuda.get_device_capability()[0] == {gpu.major}"
             out.append(self._or_edit(text, start, src, expr, atoms[-1], test, gate))
         return [e for e in out if e is not None]

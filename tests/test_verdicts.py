@@ -19,7 +19,9 @@ EXPECTED_SM120 = {
     ("kernlib/jit/modules.py", 28): ("hardware-bound", [("kernlib/data/csrc/blackwell.cu", 4, "trap-stub")]),
     ("kernlib/jit/modules.py", 33): ("hardware-bound", [("kernlib/data/csrc/cute_gemm.cu", 9, "trap-stub"),
                                                         ("kernlib/data/csrc/cute_gemm.cu", 22, "trap-stub")]),
+    ("servelib/communicator.py", 15): ("software-only", []),
     ("servelib/fusion.py", 9): ("software-only", []),
+    ("servelib/moe.py", 11): ("software-only", []),
 }
 
 
@@ -88,3 +90,18 @@ def test_patch_round_trip(tmp_path, reg, result):
     assert "sm_120" in gates[("kernlib/jit/modules.py", 6)].admits
     left = {(x.gate.path, x.gate.line) for x in again.findings}
     assert ("servelib/fusion.py", 9) not in left and ("kernlib/jit/modules.py", 6) not in left
+
+
+def test_gate_on_a_predicate_only_its_callers_test(result):
+    """apply_fusion() is tested only by its caller: the call site is the gate; no predicate for
+    sm_120 is in scope, so its own edit is refused with the reason, the chain's is still planned."""
+    f = next(f for f in result.findings if (f.gate.path, f.gate.line) == ("servelib/communicator.py", 15))
+    assert f.gate.resolution.startswith("inferred:")
+    assert "servelib/communicator.py:15: no patch (no predicate for sm_120" in f.reason
+    assert "supported_major_versions=[9, 10, 12]" in f.patch
+
+
+def test_patch_goes_into_the_predicate_definition(result):
+    f = next(f for f in result.findings if (f.gate.path, f.gate.line) == ("servelib/moe.py", 11))
+    assert "in servelib.moe.use_fused_norm: extend `is_sm100_supported()` with `is_sm120_supported()`" in f.reason
+    assert "+    return is_sm90_supported() or is_sm100_supported() or is_sm120_supported()" in f.patch

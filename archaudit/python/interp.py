@@ -1289,7 +1289,14 @@ class Interp:
             if params and params[0][2] == "" and "staticmethod" not in decos:
                 args.append(self.dom.const(Instance(cls) if "classmethod" not in decos else cls))
         f = FuncRef(mod.name, qual, node.sb)
-        self._reporting((mod.name, qual), lambda: self._run_function(mod, f, node, args, {}, report=True))
+
+        def run():
+            # a function whose result depends on the GPU is a predicate even if nothing analysed
+            # so far calls it: its callers' tests are gates (found in the next round)
+            if self.arch_dependent(self._run_function(mod, f, node, args, {}, report=True)):
+                self.arch_functions.add(f.fullname)
+
+        self._reporting((mod.name, qual), run)
 
 
 class _CapProps:
