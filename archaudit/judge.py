@@ -125,7 +125,10 @@ def judge_module(ref: ModuleRef, ct: CompileTarget, tus: TuCache) -> ModuleJudge
         sts = {status_of[k].status for k in ks if k in status_of}
         # reaching a function that stops at run time (an atom for another target, a trap):
         # the entry point is taken to hit it, since a kernel template's callee is not bound here
-        mv.entry_points[name] = "stub" if any(k in stub_kind for k in ks) else _combine(sts)
+        # an entry point that reaches no kernel by name in a module that has kernels: the launch
+        # goes through something the name search does not follow (a template alias, a table)
+        mv.entry_points[name] = ("stub" if any(k in stub_kind for k in ks) else
+                                 "unknown" if not sts and status_of else _combine(sts))
     if mv.prediction != "fails" and unknown:
         mv.prediction = "unknown"
         mv.reason = "; ".join(unknown)
@@ -160,7 +163,7 @@ def reached_kernels(mj: ModuleJudgement, entry_points: frozenset[str] | None) ->
     """Kernels the guarded path can reach: those of the entry points it calls when every one of
     them is a known export, else every kernel of the module. The flag says which."""
     mv = mj.verdict
-    if entry_points and all(e in mj.entry_kernels for e in entry_points):
+    if entry_points and all(e in mj.entry_kernels and mv.entry_points.get(e) != "unknown" for e in entry_points):
         names = {k for e in entry_points for k in mj.entry_kernels[e]}
         return [k for k in mv.kernels if k.name in names], True
     return list(mv.kernels), False
