@@ -15,6 +15,7 @@ joins the two:
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
@@ -300,6 +301,9 @@ def behind_from_callgraph(analysis) -> BehindFn:
         except RecursionError:
             return Behind([], reason="the call graph search went too deep")
         new_skips = sorted(set(skipped) - before)
+        via_config: list[Link] = []
+        if not mods:
+            mods, via_config = _through_config_keys(analysis, gate)
         if not mods:
             why = "no JIT module is reached from the region this gate guards"
             if new_skips:
@@ -331,6 +335,59 @@ def behind_from_callgraph(analysis) -> BehindFn:
             elif ref.entry_points is not None:
                 # reached along several paths: the union of what they call, unknown beats known
                 ref.entry_points = None if entry is None else ref.entry_points | entry
-        return Behind(sorted(refs.values(), key=lambda r: r.name))
+        return Behind(sorted(refs.values(), key=lambda r: r.name), chain=via_config)
 
     return behind
+
+
+# `{"flashinfer_allreduce_fusion_backend": "auto"}` or `args.enable_fused_moe = True`: a setting
+# the guarded code turns on. Long names only: short keys ("dtype", "device") are everywhere.
+_CONFIG_KEY = re.compile(rb"""["'](\w{16,})["']\s*:|\.(\w{16,})\s*=(?!=)""")
+MAX_CONFIG_READERS = 12
+
+
+def _through_config_keys(analysis, gate: Gate):
+    """When the guarded code only sets a configuration value, follow the tests that read it.
+    Each hop is a `config-key` link: a heuristic by name, marked as such."""
+    from .callgraph import GateSite
+
+    site = GateSite(gate.path, gate.line, gate.col, gate.function, gate.kind, gate.expr)
+    ctx = analysis.behind.locate(site)
+    if ctx is None:
+        return [], []
+    keys: dict[str, int] = {}
+    for r in analysis.behind.regions(site, ctx):
+        if r.arm == "else":
+            continue
+        src = r.ctx.mod.parsed.src
+        for a, b in r.spans:
+            for m in _CONFIG_KEY.finditer(src, a, b):
+                keys.setdefault((m.group(1) or m.group(2)).decode(), src.count(b"\n", 0, m.start()) + 1)
+    found = []
+    for key, line in sorted(keys.items()):
+        reader = re.compile(rb"(?:\.|[\"'])" + re.escape(key.encode()) + rb"\b(?![\"']\s*:)(?!\s*=[^=])")
+        sites = []
+        for modname, path in sorted(analysis.index.path_of.items()):
+            data = analysis.index.source_bytes(modname)
+            if key.encode() not in data:
+                continue
+            for m in reader.finditer(data):
+                ln = data.count(b"\n", 0, m.start()) + 1
+                if (path, ln) != (gate.path, gate.line):
+                    sites.append((path, ln))
+        if len(sites) > MAX_CONFIG_READERS:
+            continue
+        for path, ln in sites:
+            rs = analysis.site_at(path, ln)
+            if rs is None:
+                continue
+            try:
+                got = analysis.modules_behind(rs)
+            except RecursionError:
+                continue
+            hop = [Link("region", gate.path, gate.line, gate.expr, "sets a setting"),
+                   Link("config", gate.path, line, f"{key} read at {path}:{ln}", "config-key")]
+            for bm in got:
+                bm.chain = hop + list(bm.chain)
+            found += got
+    return found, []

@@ -22,6 +22,7 @@ EXPECTED_SM120 = {
     ("servelib/communicator.py", 15): ("software-only", []),
     ("servelib/fusion.py", 9): ("software-only", []),
     ("servelib/moe.py", 11): ("software-only", []),
+    ("servelib/moe.py", 18): ("software-only", []),
 }
 
 
@@ -105,3 +106,12 @@ def test_patch_goes_into_the_predicate_definition(result):
     f = next(f for f in result.findings if (f.gate.path, f.gate.line) == ("servelib/moe.py", 11))
     assert "in servelib.moe.use_fused_norm: extend `is_sm100_supported()` with `is_sm120_supported()`" in f.reason
     assert "+    return is_sm90_supported() or is_sm100_supported() or is_sm120_supported()" in f.patch
+
+
+def test_setting_turned_on_by_a_gate_is_followed_to_its_readers(result):
+    f = next(f for f in result.findings if (f.gate.path, f.gate.line) == ("servelib/moe.py", 18))
+    assert [(x.kind, x.path, x.line, x.how) for x in f.chain[:3]] == [
+        ("region", "servelib/moe.py", 18, "sets a setting"),
+        ("config", "servelib/moe.py", 19, "config-key"),
+        ("region", "servelib/moe.py", 24, "then")]
+    assert [m.name for m in f.modules] == ["comm"]
