@@ -29,6 +29,7 @@ EXPECTED = [
     ("gatepkg/features.py", 52, "predicate-call", ["sm_80", "sm_86", "sm_87", "sm_88", "sm_89"], "name-rule"),
     ("gatepkg/features.py", 58, "capability-compare", GE90, "inferred"),
     ("gatepkg/features.py", 70, "predicate-call", NOT12, "inferred"),
+    ("gatepkg/features.py", 78, "predicate-call", M9_10, "inferred"),
     ("gatepkg/jit/modules.py", 9, "arch-list", M9_10, "evaluated"),
     ("gatepkg/jit/modules.py", 14, "arch-list", ["sm_100", "sm_103", "sm_107", "sm_120", "sm_121"], "evaluated"),
     ("gatepkg/jit/modules.py", 21, "nvcc-flags", ["sm_90"], "evaluated"),

@@ -667,8 +667,13 @@ class Interp:
         # of the minor version speaks about sm_90 alone
         reach = [i for i, m in enumerate(fr.mask) if m]
         sets = informative_sets(av, reach)
-        if reach and self._truth_varies(av, sets):
-            truth = [(may_true(s), may_false(s)) for s in sets]
+        truth = [(may_true(s), may_false(s)) for s in sets]
+        if test.k in ("boolop", "not"):
+            # `x.backend is None and model in ARCHS and (is_sm90() or is_sm100()) and n > 1`: the
+            # value sets of the whole lose which GPUs the architecture term rules out once unknown
+            # terms surround it; three-valued logic over the terms keeps it
+            truth = self._kleene(test, fr, reach)
+        if reach and (has_unres(av) or len(set(truth)) > 1):
             definite = {t for t, f in truth if t != f}
             if len(definite) == 1 and any(t and f for t, f in truth):
                 # The GPUs that decide one way for sure agree; on the others the outcome also
@@ -685,10 +690,17 @@ class Interp:
             self._record(fr, st, kind, admits, has_unres(av), sorted(via), region, expr_node=test)
         return av
 
-    def _truth_varies(self, av: AV, sets: list[frozenset]) -> bool:
-        if has_unres(av):
-            return True
-        return len({(may_true(s), may_false(s)) for s in sets}) > 1
+    def _kleene(self, test: N, fr: Frame, reach: list[int]) -> list[tuple[bool, bool]]:
+        """(may be true, may be false) per reachable GPU, combining the terms of and/or/not."""
+        if test.k == "not":
+            return [(f, t) for t, f in self._kleene(test.f["value"], fr, reach)]
+        if test.k == "boolop":
+            left = self._kleene(test.f["left"], fr, reach)
+            right = self._kleene(test.f["right"], fr, reach)
+            if test.f["op"] == "or":
+                return [(lt or rt, lf and rf) for (lt, lf), (rt, rf) in zip(left, right)]
+            return [(lt and rt, lf or rf) for (lt, lf), (rt, rf) in zip(left, right)]
+        return [(may_true(x), may_false(x)) for x in informative_sets(self.eval(test, fr), reach)]
 
     def _classify(self, test: N, fr: Frame) -> str:
         atoms = []
