@@ -155,7 +155,10 @@ def test_runs_on_accepts_entries_and_requests(samples, reg):
     assert runs_on(info.archs, reg.parse("RTX PRO 6000")) == "sass"  # sm_120a SASS
     assert runs_on(info.archs, reg.parse("DGX Spark")) == "ptx-jit"  # 120a is not 121; compute_80 JITs
     assert runs_on(info.archs, reg.by_name["sm_89"]) == "sass"  # sm_80 SASS
-    assert runs_on(info.archs, "sm_103") == "no"
+    two = read_binary(samples["two_containers.so"]).archs  # sm_75, sm_100a, compute_120f
+    assert runs_on(two, "sm_103") == "no"
+    assert runs_on(two, "sm_121") == "ptx-jit"
+    assert runs_on(two, "sm_100") == "sass"
 
 
 def test_parse_arch_name():
