@@ -80,12 +80,13 @@ def scan(path, targets, fmt, output, quiet):
 
 def _register_optional_commands() -> None:
     # Command groups that live in their own modules register here.
-    from . import cli_cuda, cli_graph, cli_rules, cli_verdict
+    from . import cli_binary, cli_cuda, cli_graph, cli_rules, cli_verdict
 
     cli_cuda.register(main)
     cli_rules.register(main)
     cli_graph.register(main)
     cli_verdict.register(main)
+    cli_binary.register(main)
 
 
 _register_optional_commands()

@@ -395,11 +395,16 @@ def runs_on(binary_archs, gpu, reg=None) -> str:
     that GPU; "f" code on the members of its family (rules/targets.toml); PTX is compiled by the
     driver for any later GPU, except arch-/family-specific PTX, which follows the same a/f rules.
     """
+    return runs_on_detail(binary_archs, gpu, reg)[0]
+
+
+def runs_on_detail(binary_archs, gpu, reg=None) -> tuple[str, str]:
+    """(runs_on verdict, name of the entry that decides it, "" for "no")."""
     from ..targets import CompileTarget, registry
 
     reg = reg or registry()
     name = getattr(getattr(gpu, "gpu", None), "name", None) or getattr(gpu, "name", None) or str(gpu)
-    best = NO
+    best = (NO, "")
     for a in binary_archs:
         arch = a if isinstance(a, BinArch) else parse_arch_name(a)
         if arch is None:
@@ -407,8 +412,9 @@ def runs_on(binary_archs, gpu, reg=None) -> str:
         ct = CompileTarget(arch.major, arch.minor, arch.variant)
         if name in reg.runs_on(ct, ptx=arch.kind == "ptx"):
             if arch.kind == "sass":
-                return SASS
-            best = PTX_JIT
+                return SASS, arch.name
+            if best[0] == NO:
+                best = (PTX_JIT, arch.name)
     return best
 
 
