@@ -239,3 +239,20 @@ def test_flashinfer_0615_prebuilt_paths(sp0615):
     dsl = loaders[("flashinfer/attention/cute_dsl/fmha.py", 188)]
     assert dsl.archs == ("sm_100a", "sm_103a", "sm_110a")
     assert loaders[("flashinfer/gemm/gemm_base.py", 7054)].artifact_refs == ("ArtifactPath.TRTLLM_GEN_GEMM",)
+
+
+def test_module_binary_for_the_judge(pkg, reg):
+    from archaudit.binary.sinks import module_binary
+
+    src, index = pkg
+    by_line = {(s.path, s.line): s for s in binary_sinks(index, src)}
+    d = module_binary(by_line[("flashinfer/ops.py", 22)], "sm_103", reg)
+    assert (d["archs"], d["runs"]) == ({"sm_100a", "sm_120f"}, "no")
+    assert d["reason"] == ("prebuilt code (download) fff000111222/dsl/{gpu_arch}/k.so via get_artifact at "
+                           "flashinfer/ops.py:22; built for sm_100a, sm_120f (ArtifactPath.DSL_ARCHS "
+                           "(flashinfer/artifacts.py:6)): has no code for sm_103")
+    assert module_binary(by_line[("flashinfer/ops.py", 22)], reg.parse("DGX Spark"), reg)["runs"] == "sass"
+    u = module_binary(by_line[("flashinfer/ops.py", 14)], "sm_120", reg)
+    assert (u["archs"], u["runs"]) == (None, "unknown")
+    assert u["reason"].endswith("its architectures are unknown: not stated: the artifact is fetched at run time "
+                                "and neither its path nor the package names its architectures")

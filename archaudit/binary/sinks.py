@@ -554,3 +554,21 @@ def runs_target(sink: BinarySink, gpu, reg=None) -> str:
     from .fatbin import runs_on
 
     return "no" if runs_on(list(sink.archs), gpu, reg) == "no" else "yes"
+
+
+def module_binary(sink: BinarySink, gpu, reg=None) -> dict:
+    """The sink in the shape judge.ModuleRef.binary takes: {"artifact", "archs", "runs", "reason"}.
+    runs is "sass" | "ptx-jit" | "no", or "unknown" when the artifact's architectures are not known."""
+    from .fatbin import runs_on
+
+    name = getattr(getattr(gpu, "gpu", None), "name", None) or getattr(gpu, "name", None) or str(gpu)
+    where = f"{sink.loader} at {sink.path}:{sink.line}"
+    what = f"prebuilt code ({sink.kind}) {sink.artifact or '(artifact not named here)'} via {where}"
+    if sink.archs is None:
+        return {"artifact": sink.artifact, "archs": None, "runs": "unknown",
+                "reason": f"{what}; its architectures are unknown: {sink.archs_how}"}
+    runs = runs_on(list(sink.archs), name, reg)
+    verdict = {"sass": f"has machine code for {name}", "ptx-jit": f"runs on {name} only through PTX JIT",
+               "no": f"has no code for {name}"}[runs]
+    return {"artifact": sink.artifact, "archs": set(sink.archs), "runs": runs,
+            "reason": f"{what}; built for {', '.join(sink.archs)} ({sink.archs_how}): {verdict}"}
