@@ -78,8 +78,11 @@ def judge_module(ref: ModuleRef, ct: CompileTarget, tus: TuCache) -> ModuleJudge
     mv = ModuleVerdict(ref.name, list(ref.sources), ct.name, "builds")
     out = ModuleJudgement(mv, [], {})
     if ref.binary is not None:
-        mv.prediction = "binary"
-        mv.reason = ref.binary.get("reason", "prebuilt code")
+        from .binary.sinks import module_binary
+
+        b = module_binary(ref.binary["sink"], ct.gpu_name)
+        mv.prediction = "binary" if b["runs"] in ("no", "unknown") else "builds"
+        mv.reason = b["reason"]
         return out
     if ref.unresolved or not ref.sources:
         if not ref.unresolved and ref.host_sources:
@@ -185,7 +188,9 @@ def classify(gate: Gate, gpu: Gpu, ct: CompileTarget, behind: Behind, tus: TuCac
         f.chain.extend(ref.chain)
         if mv.prediction == "binary":
             verdicts.append(BINARY_ONLY)
-            reasons.append(f"{ref.name}: {mv.reason}")
+            reasons.append(mv.reason)
+            sink = ref.binary["sink"]
+            f.evidence.append(Evidence(sink.path, sink.line, "prebuilt-code", tuple(sink.archs or ()), mv.reason))
         elif mv.prediction == "unknown":
             verdicts.append(UNRESOLVED)
             reasons.append(f"{ref.name}: {mv.reason}")
@@ -304,7 +309,7 @@ def behind_from_callgraph(analysis) -> BehindFn:
         via_config: list[Link] = []
         if not mods:
             mods, via_config = _through_config_keys(analysis, gate)
-        if not mods:
+        if not mods and not _binary_sinks_in(analysis, {gate.function}):
             why = "no JIT module is reached from the region this gate guards"
             if new_skips:
                 why += ("; callers not searched (name in too many modules): "
@@ -335,9 +340,33 @@ def behind_from_callgraph(analysis) -> BehindFn:
             elif ref.entry_points is not None:
                 # reached along several paths: the union of what they call, unknown beats known
                 ref.entry_points = None if entry is None else ref.entry_points | entry
+        # prebuilt code loaded on the way (cubins fetched at run time, downloaded .so files):
+        # looked for in the gate's function, every function on a chain and each module's builder
+        funcs = {gate.function} | {x.text for bm in mods for x in bm.chain if x.kind == "call"}
+        funcs |= {bm.module.function for bm in mods}
+        for sink in _binary_sinks_in(analysis, funcs):
+            key = f"binary:{sink.path}:{sink.line}"
+            refs.setdefault(key, ModuleRef(sink.artifact or sink.loader, [], [Link(
+                "binary", sink.path, sink.line, f"{sink.loader}: {sink.artifact or '?'}", sink.how)],
+                binary={"sink": sink}))
         return Behind(sorted(refs.values(), key=lambda r: r.name), chain=via_config)
 
     return behind
+
+
+def _binary_sinks_in(analysis, functions: set[str]) -> list:
+    from .binary.sinks import sinks_in_function
+
+    cache = analysis.__dict__.setdefault("_binary_sinks", {})
+    out = []
+    for fn in sorted(f for f in functions if f):
+        if fn not in cache:
+            try:
+                cache[fn] = sinks_in_function(analysis.index, fn, analysis.source)
+            except RecursionError:
+                cache[fn] = []
+        out += cache[fn]
+    return out
 
 
 # `{"flashinfer_allreduce_fusion_backend": "auto"}` or `args.enable_fused_moe = True`: a setting
