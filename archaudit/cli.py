@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from . import __version__
+from . import __version__, cli_ci
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -30,10 +30,11 @@ def parse_targets(names: tuple[str, ...]):
 @click.argument("path", required=False, type=click.Path(path_type=str))
 @click.option("--target", "-t", "targets", multiple=True, metavar="GPU",
               help="GPU to judge for: sm_120, 12.0, 120f, sm_120a, or a product such as 'RTX PRO 6000'. Repeatable.")
-@click.option("--format", "fmt", type=click.Choice(["table", "text", "json"]), default="table", show_default=True)
-@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), help="Write the report to a file.")
+@click.option("--format", "fmt", type=click.Choice(["table", "text", "json", "sarif"]), default="table", show_default=True)
+@click.option("-o", "--output", type=click.Path(writable=True), help="Write the report to a file (sarif: a directory gets one file per target).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress output on stderr.")
-def scan(path, targets, fmt, output, quiet):
+@cli_ci.scan_options
+def scan(path, targets, fmt, output, quiet, baseline_file, fail_on, repo_root, sarif_inventory):
     """Scan a site-packages directory, a source tree or a wheel (default: this Python's site-packages)."""
     from rich.console import Console
 
@@ -43,7 +44,9 @@ def scan(path, targets, fmt, output, quiet):
     from .sources import SourceError
     from .targets import registry
 
-    reqs = parse_targets(targets)
+    ci = cli_ci.ScanCI(fmt, output, baseline_file, fail_on, repo_root, sarif_inventory)
+    reqs = ci.targets(parse_targets(targets))
+    ci.check(reqs)
     reg = registry()
     err = Console(stderr=True)
     show = not quiet and err.is_terminal
@@ -64,18 +67,22 @@ def scan(path, targets, fmt, output, quiet):
     finally:
         if status is not None:
             status.stop()
-    if fmt == "json":
+    result = ci.apply(result, reg)  # SARIF is written here
+    if fmt == "sarif":
+        text = None
+    elif fmt == "json":
         text = to_json(result, reg)
     elif fmt == "text" or output:
         text = render_text(result, reg)
     else:
         render_table(result, reg, Console())
-        return
-    if output:
+        text = None
+    if text is not None and output:
         with open(output, "w", encoding="utf-8") as f:
             f.write(text)
-    else:
+    elif text is not None:
         click.echo(text, nl=False)
+    ci.finish()
 
 
 def _register_optional_commands() -> None:
@@ -87,6 +94,7 @@ def _register_optional_commands() -> None:
     cli_graph.register(main)
     cli_verdict.register(main)
     cli_binary.register(main)
+    cli_ci.register(main)
 
 
 _register_optional_commands()

@@ -1,0 +1,279 @@
+"""CI commands and scan options: SARIF output, baselines, --fail-on, and `archaudit diff`.
+
+Exit codes (DESIGN.md section 1): 0 nothing to report (or nothing new against the baseline),
+1 findings that --fail-on selects (new ones with --baseline), 2 usage or input error.
+"""
+from __future__ import annotations
+
+import gzip
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import click
+
+DEFAULT_BASELINE = ".archaudit-baseline.json"
+GITHUB_GZIP_LIMIT = 10 * 1024 * 1024
+
+
+def scan_options(f):
+    """Options that `archaudit scan` gets from this module."""
+    f = click.option("--sarif-inventory", is_flag=True,
+                     help="SARIF: also list every gate that does not exclude the target (note level).")(f)
+    f = click.option("--repo-root", type=click.Path(file_okay=False, path_type=str), metavar="DIR",
+                     help="Repository that results should point into (default: the git work tree around "
+                          "the current directory). Gates outside it point at the line pinning their package.")(f)
+    f = click.option("--fail-on", metavar="VERDICTS",
+                     help="Exit 1 when a finding has one of these verdicts: comma-separated from software-only, "
+                          "partial, hardware-bound, binary-only, unresolved; or 'any' / 'none'. "
+                          "Default: none (with --baseline: any new finding).")(f)
+    f = click.option("--baseline", "baseline_file", type=click.Path(dir_okay=False, path_type=str), metavar="FILE",
+                     help="Report only findings not in this baseline (see `archaudit baseline`); exit 1 only for them.")(f)
+    return f
+
+
+def _fail_set(text):
+    from .baseline import parse_fail_on
+
+    try:
+        return parse_fail_on(text)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--fail-on") from None
+
+
+def _repo(repo_root, result):
+    from .repo import repo_context
+
+    if repo_root is not None and not os.path.isdir(repo_root):
+        raise click.BadParameter(f"{repo_root}: not a directory", param_hint="--repo-root")
+    tops = [t for d in result.packages for t in d.top_level] + [d.dist_info for d in result.packages]
+    scan_root = result.root if result.root and os.path.exists(result.root) else None
+    return repo_context(repo_root, scan_root, installed_tops=tops)
+
+
+def _items(result, suppress: bool = True):
+    from .baseline import line_reader, reportable
+    from .sources import SourceError, open_source
+
+    reader = None
+    if suppress:
+        try:
+            reader = line_reader(open_source(result.root))
+        except SourceError:
+            reader = None
+    return reportable(result, reader)
+
+
+class ScanCI:
+    """What the CI options do around one `archaudit scan`: checked before the (slow) scan,
+    applied after it."""
+
+    def __init__(self, fmt, output, baseline_file, fail_on, repo_root, inventory):
+        from .baseline import BaselineError, load_baseline
+
+        self.fmt, self.output = fmt, output
+        self.fail = _fail_set(fail_on)
+        self.repo_root = repo_root
+        self.inventory = inventory
+        self.baseline = None
+        self.baseline_file = baseline_file
+        if repo_root is not None and not os.path.isdir(repo_root):
+            raise click.BadParameter(f"{repo_root}: not a directory", param_hint="--repo-root")
+        if output is not None and fmt != "sarif" and os.path.isdir(output):
+            raise click.BadParameter(f"{output}: is a directory (only --format sarif writes one file per target)",
+                                     param_hint="--output")
+        if baseline_file is not None:
+            try:
+                self.baseline = load_baseline(baseline_file)
+            except BaselineError as e:
+                raise click.UsageError(str(e)) from None
+            if self.fail is None:
+                from .model import VERDICTS
+
+                self.fail = frozenset(VERDICTS)
+        self.code = 0
+        self.summary: list[str] = []
+
+    def targets(self, reqs):
+        """The baseline's targets when none were given."""
+        if reqs or self.baseline is None or not self.baseline.targets:
+            return reqs
+        from .cli import parse_targets
+
+        return parse_targets(tuple(self.baseline.targets))
+
+    def check(self, reqs):
+        if self.fmt == "sarif" and not reqs:
+            raise click.UsageError("--format sarif needs at least one --target (results are per GPU)")
+        if (self.baseline is not None or self.fail) and not reqs:
+            raise click.UsageError("--baseline and --fail-on need at least one --target")
+
+    def apply(self, result, reg):
+        """Compute findings, mark new ones, write SARIF if asked; returns the result to format
+        (findings limited to the new ones with --baseline)."""
+        from .baseline import mark_new
+
+        items = _items(result)
+        active = [r for r in items if r.suppressed is None]
+        if self.baseline is not None:
+            new = mark_new(items, self.baseline)
+            shown = new
+            known = len(active) - len(new)
+            self.summary.append(f"{len(new)} new finding(s) not in {self.baseline_file} ({known} known)")
+            # the formatter sees only the new judged findings
+            keep = {(id(r.finding.gate), r.finding.target) for r in new}
+            result = replace(result, findings=[f for f in result.findings if (id(f.gate), f.target) in keep])
+        else:
+            shown = active
+        failing = [r for r in shown if self.fail and r.rule in self.fail]
+        if failing:
+            self.code = 1
+            if self.baseline is None:
+                self.summary.append(f"{len(failing)} finding(s) with a verdict in --fail-on")
+            for r in failing[:50]:
+                g = r.finding.gate
+                self.summary.append(f"  {g.path}:{g.line}: {r.rule} on {r.finding.target}: "
+                                    f"{' '.join(g.expr.split())[:100]} ({g.function})")
+            if len(failing) > 50:
+                self.summary.append(f"  ... and {len(failing) - 50} more")
+        if self.fmt == "sarif":
+            from .report.sarif import to_sarif
+
+            log = to_sarif(result, reg, items if self.baseline is None else [r for r in items if r.new or r.suppressed],
+                           _repo(self.repo_root, result), inventory=self.inventory,
+                           with_baseline=self.baseline is not None)
+            write_sarif(log, self.output)
+        self.items = items
+        return result
+
+    def finish(self):
+        for line in self.summary:
+            click.echo(f"archaudit: {line}" if not line.startswith("  ") else line, err=True)
+        if self.code:
+            raise SystemExit(self.code)
+
+
+def write_sarif(log, output) -> list[str]:
+    """Write the log to `output` (stdout when None). An existing directory (or a path ending in /)
+    gets one file per target; a file whose gzip exceeds GitHub's 10 MB is split by target."""
+    from .report.sarif import dumps, split_by_run
+
+    if output is None:
+        click.echo(dumps(log), nl=False)
+        return []
+    out = Path(output)
+    parts = None
+    if output.endswith(("/", os.sep)) or out.is_dir():
+        out.mkdir(parents=True, exist_ok=True)
+        parts = [(out / f"archaudit-{t}.sarif", one) for t, one in split_by_run(log)]
+    else:
+        text = dumps(log)
+        if len(log["runs"]) > 1 and len(gzip.compress(text.encode(), mtime=0)) > GITHUB_GZIP_LIMIT:
+            parts = [(out.with_name(f"{out.stem}.{t}{out.suffix or '.sarif'}"), one) for t, one in split_by_run(log)]
+            click.echo(f"archaudit: SARIF over 10 MB gzipped; split by target into {len(parts)} files", err=True)
+        else:
+            out.write_text(text, encoding="utf-8")
+            return [str(out)]
+    written = []
+    for p, one in parts:
+        text = dumps(one)
+        if len(gzip.compress(text.encode(), mtime=0)) > GITHUB_GZIP_LIMIT:
+            click.echo(f"archaudit: warning: {p} is over 10 MB gzipped; GitHub will reject it", err=True)
+        p.write_text(text, encoding="utf-8")
+        written.append(str(p))
+    return written
+
+
+# --- commands --------------------------------------------------------------------------------
+def _scan(path, reqs, quiet, what=""):
+    from rich.console import Console
+
+    from .pipeline import scan as run_scan
+    from .sources import SourceError
+    from .targets import registry
+
+    err = Console(stderr=True)
+    status = err.status(f"scanning {what}".strip()) if not quiet and err.is_terminal else None
+
+    def progress(msg):
+        if status is not None:
+            status.update(f"{what}: {msg}" if what else msg)
+
+    try:
+        if status is not None:
+            status.start()
+        return run_scan(path, reqs, registry(), progress=progress)
+    except SourceError as e:
+        raise click.UsageError(str(e)) from None
+    finally:
+        if status is not None:
+            status.stop()
+
+
+def register(main) -> None:
+    @main.command()
+    @click.argument("path", required=False, type=click.Path(path_type=str))
+    @click.option("--target", "-t", "targets", multiple=True, metavar="GPU", required=True,
+                  help="GPU to record findings for (repeatable).")
+    @click.option("-o", "--output", default=DEFAULT_BASELINE, show_default=True,
+                  type=click.Path(dir_okay=False, writable=True), help="Baseline file to write.")
+    @click.option("-q", "--quiet", is_flag=True, help="No progress output on stderr.")
+    def baseline(path, targets, output, quiet):
+        """Record today's findings so that `scan --baseline` reports only new ones."""
+        from .baseline import dump_baseline
+        from .cli import parse_targets
+
+        reqs = parse_targets(targets)
+        result = _scan(path, reqs, quiet)
+        items = _items(result)
+        text = dump_baseline(items, [t.gpu.name for t in reqs])
+        with open(output, "w", encoding="utf-8") as f:
+            f.write(text)
+        n = sum(1 for r in items if r.suppressed is None)
+        click.echo(f"archaudit: wrote {n} finding(s) for {', '.join(t.gpu.name for t in reqs)} to {output}", err=True)
+
+    @main.command()
+    @click.argument("old", type=click.Path(path_type=str))
+    @click.argument("new", type=click.Path(path_type=str))
+    @click.option("--target", "-t", "targets", multiple=True, metavar="GPU",
+                  help="GPU whose verdicts to compare (repeatable). Without one, only gates are compared.")
+    @click.option("--format", "fmt", type=click.Choice(["text", "json", "sarif"]), default="text", show_default=True)
+    @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), help="Write the report to a file.")
+    @click.option("--fail-on", type=click.Choice(["any", "regression", "none"]), default="any", show_default=True,
+                  help="Exit 1 on any change, only when a target becomes excluded (regression), or never.")
+    @click.option("--repo-root", type=click.Path(file_okay=False, path_type=str), metavar="DIR",
+                  help="SARIF: repository whose pinning lines results point at (default: the git work tree).")
+    @click.option("-q", "--quiet", is_flag=True, help="No progress output on stderr.")
+    def diff(old, new, targets, fmt, output, fail_on, repo_root, quiet):
+        """Compare the gates of two environments (site-packages, wheels, source trees): a dependency bump."""
+        from . import diff as d
+        from .cli import parse_targets
+        from .repo import repo_context
+        from .targets import registry
+
+        reqs = parse_targets(targets)
+        for p in (old, new):
+            if not os.path.exists(p):
+                raise click.UsageError(f"{p}: no such file or directory")
+        if repo_root is not None and not os.path.isdir(repo_root):
+            raise click.BadParameter(f"{repo_root}: not a directory", param_hint="--repo-root")
+        reg = registry()
+        a = _scan(old, reqs, quiet, "old")
+        b = _scan(new, reqs, quiet, "new")
+        res = d.diff_scans(a, b, [t.gpu.name for t in reqs])
+        if fmt == "json":
+            text = d.render_json(res, reg)
+        elif fmt == "sarif":
+            from .report.sarif import dumps
+
+            text = dumps(d.to_sarif(res, reg, repo_context(repo_root, new)))
+        else:
+            text = d.render_text(res, reg)
+        if output:
+            with open(output, "w", encoding="utf-8") as f:
+                f.write(text)
+        else:
+            click.echo(text, nl=False)
+        failing = res.changes if fail_on == "any" else [c for c in res.changes if c.regressions()] if fail_on == "regression" else []
+        if failing:
+            raise SystemExit(1)
