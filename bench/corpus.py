@@ -20,6 +20,12 @@ CORPORA: dict[str, list[str]] = {
     # the seed case: comm.py still passes supported_major_versions=[9, 10]
     "fi0615": ["flashinfer-python==0.6.15.post1", "sglang==0.5.17"],
 }
+# pairs of single wheels compared by `archaudit diff` (tests/test_diff.py): adjacent releases where
+# flashinfer/jit/comm.py's gen_trtllm_comm_module goes from supported_major_versions=[9, 10] to
+# [9, 10, 12] (0.6.16.post4 is the last release with [9, 10]; 0.6.17 the first with 12)
+WHEEL_PAIRS: dict[str, tuple[str, str]] = {
+    "comm-sm120": ("flashinfer-python==0.6.16.post4", "flashinfer-python==0.6.17"),
+}
 # sglang ships a binary wheel per Python; ask for one fixed platform so any interpreter gets the same files
 PIP_PLATFORM = ["--python-version", "3.11", "--platform", "manylinux_2_34_x86_64", "--only-binary=:all:"]
 
@@ -85,6 +91,15 @@ def wheel_path(spec: str) -> Path:
     return download(spec, cache_root() / "wheels")
 
 
+def wheel_pair(name: str) -> tuple[Path, Path]:
+    """The two wheels of a WHEEL_PAIRS entry, downloaded into the cache if needed (read in place)."""
+    old, new = WHEEL_PAIRS[name]
+    return wheel_path(old), wheel_path(new)
+
+
 if __name__ == "__main__":
     for n in sys.argv[1:] or ["fi072"]:
-        print(site_packages(n))
+        if n in WHEEL_PAIRS:
+            print(*wheel_pair(n))
+        else:
+            print(site_packages(n))
