@@ -1,0 +1,150 @@
+"""archaudit diff: gates added, removed and changed between two environments."""
+import json
+import shutil
+import sys
+
+import jsonschema
+import pytest
+from click.testing import CliRunner
+
+from archaudit.cli import main
+from archaudit.diff import ADMITTED, diff_scans, render_json, render_text, to_sarif
+from archaudit.model import HARDWARE_BOUND, SOFTWARE_ONLY, UNRESOLVED, Finding, Gate
+from archaudit.pipeline import ScanResult
+from archaudit.sources import Distribution
+
+from conftest import FIXTURES, REPO
+
+SCHEMA = REPO.parent / "shared" / "sarif" / "sarif-schema-2.1.0.json"
+M9_10 = ("sm_90", "sm_100", "sm_103", "sm_107")
+
+
+def _g(line, function, expr, admits, kind="arch-list", path="fi/jit/comm.py"):
+    return Gate(path, line, 18, function, kind, expr, frozenset(admits), "evaluated", True, "fi", "argument", [])
+
+
+def _pair(reg):
+    old = ScanResult("old", [Distribution("fi", "1.0")], [
+        _g(40, "fi.jit.comm.gen_mnnvl", "get_nvcc_flags_list(supported_major_versions=[9, 10])", M9_10),
+        _g(191, "fi.jit.comm.gen_trtllm", "get_nvcc_flags_list(supported_major_versions=[9, 10])", M9_10),
+        _g(12, "fi.mla.run", "is_sm90a_supported(device)", ("sm_90",), kind="predicate-call", path="fi/mla.py"),
+    ], [], [reg.parse("sm_120")])
+    new = ScanResult("new", [Distribution("fi", "1.1")], [
+        _g(46, "fi.jit.comm.gen_mnnvl", "get_nvcc_flags_list(supported_major_versions=[9, 10])", M9_10),  # moved only
+        _g(197, "fi.jit.comm.gen_trtllm", "get_nvcc_flags_list(\n supported_major_versions=[9, 10, 12]\n)",
+           M9_10 + ("sm_120", "sm_121")),
+        _g(300, "fi.jit.comm.gen_ulysses", "get_nvcc_flags_list(supported_major_versions=[10])", ("sm_100", "sm_103", "sm_107")),
+    ], [], [reg.parse("sm_120")])
+    return old, new
+
+
+def test_synthetic_diff(reg):
+    old, new = _pair(reg)
+    d = diff_scans(old, new, ["sm_120"])
+    got = [(c.change, c.gate.function, sorted(c.admits_gained), sorted(c.admits_lost), c.expr_changed, c.verdicts, c.regressions())
+           for c in d.changes]
+    assert got == [
+        ("changed", "fi.jit.comm.gen_trtllm", ["sm_120", "sm_121"], [], True, {"sm_120": (UNRESOLVED, ADMITTED)}, []),
+        ("added", "fi.jit.comm.gen_ulysses", ["sm_100", "sm_103", "sm_107"], [], False, {"sm_120": (None, UNRESOLVED)}, ["sm_120"]),
+        ("removed", "fi.mla.run", [], ["sm_90"], False, {"sm_120": (UNRESOLVED, None)}, []),
+    ]
+    assert d.moved == 1
+    text = render_text(d, reg)
+    assert "changed  fi/jit/comm.py:191 -> fi/jit/comm.py:197: arch-list in fi.jit.comm.gen_trtllm" in text
+    assert "         admits: +sm_120 +sm_121  (now: sm_90 sm_100 sm_103 sm_107 sm_120 sm_121)" in text
+    assert "         sm_120: unresolved -> admitted" in text
+    assert text.endswith("1 added, 1 removed, 1 changed; 1 moved only (targets: sm_120)\n")
+    obj = json.loads(render_json(d, reg))
+    assert obj["summary"] == {"added": 1, "removed": 1, "changed": 1, "moved": 1}
+    assert obj["changes"][0]["verdicts"] == {"sm_120": {"old": "unresolved", "new": "admitted"}}
+    assert obj["changes"][0]["old"]["line"] == 191 and obj["changes"][0]["new"]["line"] == 197
+
+
+def test_verdict_change_uses_the_judges_findings(reg):
+    old, new = _pair(reg)
+    old.findings = [Finding(old.gates[1], "sm_120", SOFTWARE_ONLY)]
+    new.findings = [Finding(new.gates[2], "sm_120", HARDWARE_BOUND)]
+    d = diff_scans(old, new, ["sm_120"])
+    assert [(c.change, c.verdicts) for c in d.changes][:2] == [
+        ("changed", {"sm_120": (SOFTWARE_ONLY, ADMITTED)}), ("added", {"sm_120": (None, HARDWARE_BOUND)})]
+
+
+def test_diff_sarif_validates(reg):
+    old, new = _pair(reg)
+    log = to_sarif(diff_scans(old, new, ["sm_120"]), reg)
+    jsonschema.validate(log, json.loads(SCHEMA.read_text()))
+    res = log["runs"][0]["results"]
+    assert [(r["ruleId"], r["level"]) for r in res] == [("gate-changed", "note"), ("gate-added", "warning"), ("gate-removed", "note")]
+    assert "now admits sm_120, sm_121; sm_120: unresolved -> admitted" in res[0]["message"]["text"]
+    assert log["runs"][0]["automationDetails"]["id"] == "archaudit-diff/sm_120/"
+
+
+def _run(args):
+    try:
+        runner = CliRunner(mix_stderr=False)
+    except TypeError:  # click >= 8.2 always separates stderr
+        runner = CliRunner()
+    return runner.invoke(main, args)
+
+
+def test_cli_diff_on_fixture_trees(tmp_path):
+    src = FIXTURES / "ci" / "repo" / "venv-sp" / "site-packages"
+    old, new = tmp_path / "old", tmp_path / "new"
+    shutil.copytree(src, old)
+    shutil.copytree(src, new)
+    comm = new / "fakefi" / "jit" / "comm.py"
+    comm.write_text("# bumped\n" + comm.read_text().replace("[9, 10]", "[9, 10, 12]"))
+    r = _run(["diff", str(old), str(new), "-t", "sm_120", "-q"])
+    assert r.exit_code == 1
+    assert r.stdout.splitlines()[2:] == [
+        "changed  fakefi/jit/comm.py:5 -> fakefi/jit/comm.py:6: arch-list in fakefi.jit.comm.gen_trtllm_comm_module",
+        "         expr: current_compilation_context.get_nvcc_flags_list( supported_major_versions=[9, 10] )  ->  "
+        "current_compilation_context.get_nvcc_flags_list( supported_major_versions=[9, 10, 12] )",
+        "         admits: +sm_120 +sm_121  (now: sm_90 sm_100 sm_103 sm_107 sm_120 sm_121)",
+        "         sm_120: unresolved -> admitted",
+        "0 added, 0 removed, 1 changed (targets: sm_120)",
+    ]
+    assert _run(["diff", str(old), str(new), "-t", "sm_120", "-q", "--fail-on", "regression"]).exit_code == 0
+    assert _run(["diff", str(old), str(old), "-t", "sm_120", "-q"]).exit_code == 0
+    r = _run(["diff", str(old), str(tmp_path / "nope"), "-q"])
+    assert r.exit_code == 2 and "no such file or directory" in r.stderr
+
+
+@pytest.fixture(scope="module")
+def comm_pair():
+    sys.path.insert(0, str(REPO / "bench"))
+    import corpus
+
+    try:
+        return corpus.wheel_pair("comm-sm120")
+    except Exception as e:  # network or pip failure
+        pytest.fail(f"could not fetch the wheel pair comm-sm120: {e}")
+
+
+@pytest.mark.real
+def test_real_flashinfer_release_pair(comm_pair, reg):
+    """flashinfer-python 0.6.16.post4 -> 0.6.17: gen_trtllm_comm_module gains 12 in supported_major_versions."""
+    old, new = comm_pair
+    r = _run(["diff", str(old), str(new), "-t", "sm_120", "--format", "json", "-q"])
+    assert r.exit_code == 1, r.stderr
+    obj = json.loads(r.stdout)
+    assert [(p["name"], p["version"]) for p in obj["old"]["packages"]] == [("flashinfer-python", "0.6.16.post4")]
+    assert [(p["name"], p["version"]) for p in obj["new"]["packages"]] == [("flashinfer-python", "0.6.17")]
+    got = [(c["change"], (c["new"] or c["old"])["path"], (c["new"] or c["old"])["line"], c["function"],
+            c["admits_gained"], c["admits_lost"]) for c in obj["changes"]]
+    assert got == [
+        ("changed", "flashinfer/jit/comm.py", 191, "flashinfer.jit.comm.gen_trtllm_comm_module", ["sm_120", "sm_121"], []),
+        ("added", "flashinfer/fused_moe/runners.py", 363, "flashinfer.fused_moe.runners.TrtllmFp4RoutedRunner.check_support",
+         ["sm_100", "sm_103"], []),
+        ("added", "flashinfer/gdn_kernels/gdn_decode_bf16_wy_output_only.py", 1949,
+         "flashinfer.gdn_kernels.gdn_decode_bf16_wy_output_only._compile_options", ["sm_120", "sm_121"], []),
+        ("added", "flashinfer/gdn_kernels/gdn_decode_bf16_wy_output_only.py", 2319,
+         "flashinfer.gdn_kernels.gdn_decode_bf16_wy_output_only.gated_delta_rule_mtp", ["sm_120", "sm_121"], []),
+    ]
+    comm = obj["changes"][0]
+    assert comm["old"]["expr"].endswith("supported_major_versions=[9, 10] )")
+    assert comm["new"]["expr"].endswith("supported_major_versions=[9, 10, 12] )")
+    # the verdict change on sm_120: excluded before (whatever the judge says), admitted now
+    assert comm["verdicts"]["sm_120"]["old"] not in (None, "admitted")
+    assert comm["verdicts"]["sm_120"]["new"] == "admitted"
+    assert obj["summary"]["removed"] == 0 and obj["summary"]["moved"] > 0
