@@ -281,9 +281,21 @@ def test_real_sarif_validates_and_fits_github_limits(scan072, reg, schema, tmp_p
             assert len(r.get("relatedLocations", [])) <= 1000
     fps = [r["partialFingerprints"]["primaryLocationLineHash"] for run in log["runs"] for r in run["results"]]
     assert len(fps) == len(set(fps))  # one alert per gate x target
-    # the canonical gate: flashinfer's trtllm_comm arch list excludes sm_120 and admits sm_90
-    comm = [r for r in log["runs"][0]["results"] if r["properties"]["function"] == "flashinfer.jit.comm.gen_trtllm_comm_module"]
-    assert [r["properties"]["gatePath"] for r in comm] == ["flashinfer/jit/comm.py"]
-    assert comm[0]["properties"]["admits"] == ["sm_90", "sm_100", "sm_103", "sm_107", "sm_120", "sm_121"] or \
-        "sm_120" not in comm[0]["properties"]["admits"]
+    # flashinfer 0.7.2.post1: trtllm_comm admits sm_120 ([9, 10, 12]); trtllm_mnnvl_comm does not ([9, 10])
+    sm120 = {r["properties"]["function"]: r for r in log["runs"][0]["results"]}
+    assert "flashinfer.jit.comm.gen_trtllm_comm_module" not in sm120
+    mnnvl = sm120["flashinfer.jit.comm.gen_trtllm_mnnvl_comm_module"]
+    assert (mnnvl["properties"]["gatePath"], mnnvl["properties"]["admits"]) == ("flashinfer/jit/comm.py", ["sm_90", "sm_100", "sm_103", "sm_107"])
+    assert mnnvl["properties"]["packageVersion"] == "0.7.2.post1"
     assert dumps(to_sarif(res, reg, items, repo_context(tmp_path, res.root, [t for d in res.packages for t in d.top_level]))) == text
+
+
+def test_action_and_hook_use_existing_options():
+    action = (REPO / "action.yml").read_text()
+    assert "using: composite" in action and "github/codeql-action/upload-sarif@v3" in action
+    assert '--format sarif -o "$SARIF_DIR/" --repo-root "$GITHUB_WORKSPACE"' in action
+    hook = (REPO / ".pre-commit-hooks.yaml").read_text()
+    assert "entry: archaudit scan --quiet --format text" in hook
+    r = CliRunner().invoke(main, ["scan", "--help"])
+    for opt in ("--baseline", "--fail-on", "--repo-root", "--format", "sarif", "--quiet"):
+        assert opt in r.output
