@@ -209,8 +209,8 @@ def test_cli_sarif_in_repo_with_suppression(repo, schema):
             x["locations"][0]["physicalLocation"]["region"]["startLine"], "suppressions" in x) for x in res]
     assert got == [("unresolved", "ciapp/layers.py", 7, False), ("unresolved", "ciapp/layers.py", 20, True),
                    ("unresolved", "venv-sp/site-packages/fakefi/jit/comm.py", 5, False)]
-    # no verdict yet for these gates: unresolved, and the message says why
-    assert "no verdict was computed" in res[0]["message"]["text"]
+    # the judge's reason is in the message
+    assert "Verdict for sm_120: unresolved: no JIT module is reached from the region this gate guards." in res[0]["message"]["text"]
     assert res[1]["suppressions"] == [{"kind": "inSource", "justification": "if is_sm90_supported():  # archaudit: ignore[unresolved]"}]
 
 
@@ -299,3 +299,39 @@ def test_action_and_hook_use_existing_options():
     r = CliRunner().invoke(main, ["scan", "--help"])
     for opt in ("--baseline", "--fail-on", "--repo-root", "--format", "sarif", "--quiet"):
         assert opt in r.output
+
+
+def test_sarif_of_judged_fixture_findings(tmp_path, schema):
+    """The verdict fixture (kernlib/servelib): real findings of the judge, as SARIF."""
+    repo = tmp_path / "v"
+    shutil.copytree(FIXTURES / "verdicts", repo)
+    (repo / ".git").mkdir()
+    r = _run(["scan", ".", "-t", "sm_120", "--format", "sarif", "-q"], repo)
+    assert r.exit_code == 0, r.output
+    log = json.loads(r.stdout)
+    jsonschema.validate(log, schema)
+    res = log["runs"][0]["results"]
+    loc = lambda x: (x["physicalLocation"]["artifactLocation"]["uri"], x["physicalLocation"]["region"]["startLine"])  # noqa: E731
+    assert [(x["ruleId"], x["level"], *loc(x["locations"][0]), "fixes" in x) for x in res] == [
+        ("hardware-bound", "note", "kernlib/gemm.py", 6, False),
+        ("partial", "warning", "kernlib/jit/modules.py", 6, True),
+        ("hardware-bound", "note", "kernlib/jit/modules.py", 18, False),
+        ("software-only", "warning", "kernlib/jit/modules.py", 23, True),
+        ("hardware-bound", "note", "kernlib/jit/modules.py", 28, False),
+        ("software-only", "warning", "servelib/fusion.py", 9, True),
+    ]
+    hw = res[2]
+    assert loc(hw["relatedLocations"][0]) == ("kernlib/data/csrc/hopper_gemm.cu", 4)
+    assert hw["relatedLocations"][0]["message"]["text"] == "evidence: ptx.wgmma (supported on sm_90a): wgmma."
+    assert loc(hw["codeFlows"][0]["threadFlows"][0]["locations"][-1]["location"]) == ("kernlib/data/csrc/hopper_gemm.cu", 4)
+    sw = res[3]
+    assert sw["fixes"][0]["artifactChanges"] == [{
+        "artifactLocation": {"uri": "kernlib/jit/modules.py", "uriBaseId": "%SRCROOT%"},
+        "replacements": [{"deletedRegion": {"startLine": 23, "startColumn": 1, "endLine": 24, "endColumn": 1},
+                          "insertedContent": {"text": "    nvcc_flags = current_compilation_context.get_nvcc_flags_list("
+                                                      "supported_major_versions=[9, 10, 12])\n"}}]}]
+    assert "+    nvcc_flags = current_compilation_context.get_nvcc_flags_list(supported_major_versions=[9, 10, 12])" \
+        in sw["message"]["text"]
+    # the chained plan edits two files: both appear in the fix
+    assert [c["artifactLocation"]["uri"] for c in res[5]["fixes"][0]["artifactChanges"]] == \
+        ["servelib/fusion.py", "kernlib/jit/modules.py"]
