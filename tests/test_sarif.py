@@ -318,6 +318,7 @@ def test_sarif_of_judged_fixture_findings(tmp_path, schema):
         ("hardware-bound", "note", "kernlib/jit/modules.py", 18, False),
         ("software-only", "warning", "kernlib/jit/modules.py", 23, True),
         ("hardware-bound", "note", "kernlib/jit/modules.py", 28, False),
+        ("hardware-bound", "note", "kernlib/jit/modules.py", 33, False),
         ("software-only", "warning", "servelib/fusion.py", 9, True),
     ]
     hw = res[2]
@@ -333,5 +334,5 @@ def test_sarif_of_judged_fixture_findings(tmp_path, schema):
     assert "+    nvcc_flags = current_compilation_context.get_nvcc_flags_list(supported_major_versions=[9, 10, 12])" \
         in sw["message"]["text"]
     # the chained plan edits two files: both appear in the fix
-    assert [c["artifactLocation"]["uri"] for c in res[5]["fixes"][0]["artifactChanges"]] == \
+    assert [c["artifactLocation"]["uri"] for c in res[6]["fixes"][0]["artifactChanges"]] == \
         ["servelib/fusion.py", "kernlib/jit/modules.py"]
