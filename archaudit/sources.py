@@ -5,6 +5,8 @@ the rest of archaudit are POSIX paths relative to the scan root. Problems become
 """
 from __future__ import annotations
 
+import csv
+import errno
 import os
 import stat
 import sys
@@ -15,13 +17,21 @@ from email.parser import HeaderParser
 from pathlib import Path, PurePosixPath
 
 from .model import Diagnostic
+from .parsing.screen import python_text_problem
 
 PY_EXT = (".py", ".pyi")
 CUDA_EXT = (".cu", ".cuh", ".h", ".hpp", ".cpp", ".cc", ".cxx", ".inl", ".hh", ".cuinl")
-# Upper bound on one file's size; larger files are reported and skipped (bounded memory/time).
+# Limits on untrusted input (README "Untrusted input"). Larger files are reported and skipped:
+# the biggest real source in flashinfer/sglang is about 4 MB.
 MAX_FILE_BYTES = 16 * 1024 * 1024
-# A wheel member may not claim to inflate beyond this (zip bombs).
+# A wheel member may not claim to inflate beyond this (zip bombs); the file limit applies too.
 MAX_WHEEL_MEMBER_BYTES = 64 * 1024 * 1024
+# Inflated bytes read from one wheel in total (many small bombs); flashinfer's wheel is ~500 MB.
+MAX_WHEEL_TOTAL_BYTES = 2 * 1024 * 1024 * 1024
+# Entries in one wheel's central directory (flashinfer has ~15,000): bounds the listing's memory.
+MAX_WHEEL_MEMBERS = 500_000
+# RECORD lines naming absent files reported one by one, then summarised.
+MAX_RECORD_DIAGNOSTICS = 20
 
 
 @dataclass
@@ -43,11 +53,24 @@ class Source:
 
     def __init__(self) -> None:
         self.diagnostics: list[Diagnostic] = []
+        self._seen: set[Diagnostic] = set()
 
     def files(self) -> list[str]:
         raise NotImplementedError
 
     def read(self, rel: str) -> bytes | None:
+        """The file's bytes, or None (with a diagnostic) when it cannot or must not be read.
+        Python files that Python itself could not load (NUL bytes, UTF-16, invalid UTF-8) are
+        reported here, once, whether or not an analysis would have parsed them."""
+        data = self._read_bytes(rel)
+        if data is not None and rel.endswith(PY_EXT):
+            why = python_text_problem(data)
+            if why is not None:
+                self.diag(rel, "unreadable-source", f"skipped: {why}")
+                return None
+        return data
+
+    def _read_bytes(self, rel: str) -> bytes | None:
         raise NotImplementedError
 
     def exists(self, rel: str) -> bool:
@@ -56,8 +79,11 @@ class Source:
     def is_dir(self, rel: str) -> bool:
         raise NotImplementedError
 
-    def diag(self, path: str, kind: str, message: str) -> None:
-        self.diagnostics.append(Diagnostic(path, kind, message))
+    def diag(self, path: str, kind: str, message: str, severity: str = "warning") -> None:
+        d = Diagnostic(path, kind, message, severity=severity)
+        if d not in self._seen:  # a file read twice is reported once
+            self._seen.add(d)
+            self.diagnostics.append(d)
 
     # --- distributions ----------------------------------------------------------------
     def distributions(self) -> list[Distribution]:
@@ -99,8 +125,10 @@ def _safe_member(name: str) -> str | None:
     """A wheel member name as a safe relative POSIX path, or None if it escapes the root."""
     if not name or name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":"):
         return None
+    if "\x00" in name:
+        return None
     p = PurePosixPath(name.replace("\\", "/"))
-    if any(part == ".." for part in p.parts):
+    if any(part == ".." for part in p.parts) or str(p) in (".", ""):
         return None
     return str(p)
 
@@ -112,6 +140,10 @@ class DirSource(Source):
         self.label = str(root)
         self._files: list[str] | None = None
         self._dirs: set[str] = set()
+
+    def _inside(self, real: str) -> bool:
+        root = str(self.root)
+        return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
 
     def _walk(self) -> list[str]:
         out: list[str] = []
@@ -136,23 +168,41 @@ class DirSource(Source):
                 self.diag(rel or ".", "unreadable", f"cannot list directory: {e.strerror}")
                 continue
             for e in entries:
-                erel = f"{rel}/{e.name}" if rel else e.name
                 if e.name in ("__pycache__", ".git"):
                     continue
                 try:
+                    e.name.encode("utf-8")
+                except UnicodeEncodeError:  # undecodable bytes in the name (surrogate escapes)
+                    shown = os.fsencode(e.name).decode("utf-8", "backslashreplace")
+                    self.diag(f"{rel}/{shown}" if rel else shown, "bad-filename",
+                              "file name is not valid UTF-8; not read")
+                    continue
+                erel = f"{rel}/{e.name}" if rel else e.name
+                try:
                     if e.is_symlink():
-                        target = os.path.realpath(e.path)
-                        if not (target == str(root) or target.startswith(str(root) + os.sep)):
+                        try:
+                            os.stat(e.path)
+                        except OSError as err:
+                            if err.errno == errno.ELOOP:
+                                self.diag(erel, "symlink-loop", "symlink resolves to itself (loop); not followed")
+                            elif err.errno in (errno.ENOENT, errno.ENOTDIR):
+                                self.diag(erel, "dangling-symlink", "symlink target does not exist")
+                            else:
+                                self.diag(erel, "unreadable", f"cannot follow symlink: {err.strerror}")
+                            continue
+                        if not self._inside(os.path.realpath(e.path)):
                             self.diag(erel, "symlink-outside", "symlink points outside the scan root; not followed")
                             continue
-                        if not os.path.exists(e.path):
-                            self.diag(erel, "dangling-symlink", "symlink target does not exist")
-                            continue
                     if e.is_dir():
+                        if e.name.endswith(PY_EXT + CUDA_EXT):
+                            self.diag(erel, "not-a-file", "a directory named like a source file; not read as one",
+                                      severity="note")
                         self._dirs.add(erel)
                         stack.append((erel, Path(e.path)))
                     elif e.is_file():
                         out.append(erel)
+                    else:
+                        self.diag(erel, "not-a-file", "special file (FIFO, socket or device); not read")
                 except OSError as err:
                     self.diag(erel, "unreadable", f"cannot stat: {err.strerror}")
         out.sort()
@@ -166,20 +216,44 @@ class DirSource(Source):
     def _path(self, rel: str) -> Path:
         return self.root / rel
 
-    def read(self, rel: str) -> bytes | None:
+    def _allowed(self, rel: str) -> bool:
+        """Listed files were checked by the walk; any other path (an include, a RECORD line) must
+        resolve inside the root, so no symlink or '..' leads a read outside it."""
+        if self._files is not None and rel in self._fileset():
+            return True
+        return self._inside(os.path.realpath(self._path(rel)))
+
+    def _read_bytes(self, rel: str) -> bytes | None:
         p = self._path(rel)
+        if not self._allowed(rel):
+            self.diag(rel, "symlink-outside", "path resolves outside the scan root; not read")
+            return None
         try:
-            st = os.stat(p)
-            if not stat.S_ISREG(st.st_mode):
-                self.diag(rel, "not-a-file", "not a regular file")
-                return None
-            if st.st_size > MAX_FILE_BYTES:
-                self.diag(rel, "too-large", f"{st.st_size} bytes exceeds the {MAX_FILE_BYTES} byte limit; skipped")
-                return None
-            with open(p, "rb") as f:
-                return f.read(MAX_FILE_BYTES + 1)
+            # non-blocking: a FIFO swapped in after the listing must not hang the scan
+            fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
         except FileNotFoundError:
             self.diag(rel, "vanished", "file disappeared during the scan")
+            return None
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                self.diag(rel, "symlink-loop", "symlink loop; not read")
+            else:
+                self.diag(rel, "unreadable", f"cannot read: {e.strerror}")
+            return None
+        try:
+            with os.fdopen(fd, "rb") as f:
+                st = os.fstat(f.fileno())
+                if not stat.S_ISREG(st.st_mode):
+                    self.diag(rel, "not-a-file", "not a regular file; not read")
+                    return None
+                if st.st_size > MAX_FILE_BYTES:
+                    self.diag(rel, "too-large", f"{st.st_size} bytes exceeds the {MAX_FILE_BYTES} byte limit; skipped")
+                    return None
+                data = f.read(MAX_FILE_BYTES + 1)
+                if len(data) > MAX_FILE_BYTES:  # grew while we read it
+                    self.diag(rel, "too-large", f"exceeds the {MAX_FILE_BYTES} byte limit; skipped")
+                    return None
+                return data
         except OSError as e:
             self.diag(rel, "unreadable", f"cannot read: {e.strerror}")
         return None
@@ -187,7 +261,7 @@ class DirSource(Source):
     def exists(self, rel: str) -> bool:
         if self._files is not None:
             return rel in self._fileset()
-        return self._path(rel).is_file()
+        return self._path(rel).is_file() and self._allowed(rel)
 
     def _fileset(self) -> set[str]:
         fs = getattr(self, "_fs", None)
@@ -200,54 +274,111 @@ class DirSource(Source):
         return rel in self._dirs or rel == ""
 
 
+def _ename(e: BaseException) -> str:
+    mod = type(e).__module__
+    return type(e).__name__ if mod in ("builtins", "zipfile") else f"{mod}.{type(e).__name__}"
+
+
+def _wheel_entry_count(path: Path) -> int | None:
+    """Entries the wheel's end-of-central-directory record announces, read before the listing."""
+    try:
+        with open(path, "rb") as f:
+            end = zipfile._EndRecData(f)  # noqa: SLF001 - the stdlib's own EOCD reader
+        return None if end is None else int(end[zipfile._ECD_ENTRIES_TOTAL])
+    except Exception:  # noqa: BLE001 - unreadable: ZipFile below gives the reason
+        return None
+
+
 class WheelSource(Source):
     def __init__(self, path: Path):
         super().__init__()
         self.label = str(path)
         self.path = path
+        self._budget = MAX_WHEEL_TOTAL_BYTES
+        count = _wheel_entry_count(path)
+        if count is not None and count > MAX_WHEEL_MEMBERS:
+            raise SourceError(f"{path}: {count} entries exceeds the limit of {MAX_WHEEL_MEMBERS}; not read")
         try:
             self.zf = zipfile.ZipFile(path)
             infos = self.zf.infolist()
-        except (zipfile.BadZipFile, OSError, EOFError, ValueError) as e:
-            raise SourceError(f"{path}: not a readable wheel ({e})") from None
+        except Exception as e:  # noqa: BLE001 - any failure of the zip reader on untrusted bytes
+            raise SourceError(f"{path}: not a readable wheel ({_ename(e)}: {e})") from None
         self._members: dict[str, zipfile.ZipInfo] = {}
         self._dirs: set[str] = {""}
+        dups: dict[str, int] = {}
+        self._unsafe: set[str] = set()
         for info in infos:
             safe = _safe_member(info.filename)
             if safe is None:
-                self.diag(info.filename, "unsafe-member", "wheel entry escapes the root (absolute or '..'); skipped")
+                self._unsafe.add(info.filename)
+                shown = info.filename.encode("unicode_escape").decode("ascii") if not info.filename.isprintable() else info.filename
+                self.diag(shown, "unsafe-member", "wheel entry escapes the root (absolute, '..' or NUL); skipped")
                 continue
             if info.is_dir():
                 continue
             if safe in self._members:
-                self.diag(safe, "duplicate-member", "wheel has this entry more than once; the first is used")
-                continue
+                dups[safe] = dups.get(safe, 1) + 1
+            # the last entry wins, as when an installer extracts them in order
             self._members[safe] = info
             parts = safe.split("/")
             for i in range(1, len(parts)):
                 self._dirs.add("/".join(parts[:i]))
+        for safe, n in sorted(dups.items()):
+            self.diag(safe, "duplicate-member", f"wheel has this entry {n} times; the last one (what an installer writes) is used")
         self._files = sorted(self._members)
+        self._check_record()
+
+    def _check_record(self) -> None:
+        """RECORD lines naming files the wheel does not have (a tampered or broken wheel)."""
+        infos = sorted({p.split("/", 1)[0] for p in self._files if p.split("/", 1)[0].endswith(".dist-info")})
+        for info in infos:
+            data = self._read_bytes(f"{info}/RECORD")
+            if data is None:
+                continue
+            missing = []
+            try:
+                for row in csv.reader(data.decode("utf-8", "replace").splitlines()):
+                    if not row or not row[0].strip():
+                        continue
+                    name = row[0].strip()
+                    if name in self._unsafe:
+                        continue  # reported as unsafe-member
+                    safe = _safe_member(name)
+                    if safe is None or (safe not in self._members and safe not in self._dirs):
+                        missing.append(name)
+            except csv.Error as e:
+                self.diag(f"{info}/RECORD", "bad-record", f"RECORD is not valid CSV: {e}")
+            for name in missing[:MAX_RECORD_DIAGNOSTICS]:
+                self.diag(name, "record-missing", f"listed in {info}/RECORD but not in the wheel")
+            if len(missing) > MAX_RECORD_DIAGNOSTICS:
+                self.diag(f"{info}/RECORD", "record-missing",
+                          f"{len(missing) - MAX_RECORD_DIAGNOSTICS} more RECORD entries are not in the wheel")
 
     def files(self) -> list[str]:
         return self._files
 
-    def read(self, rel: str) -> bytes | None:
+    def _read_bytes(self, rel: str) -> bytes | None:
         info = self._members.get(rel)
         if info is None:
             return None
-        if info.file_size > min(MAX_FILE_BYTES, MAX_WHEEL_MEMBER_BYTES):
-            self.diag(rel, "too-large", f"{info.file_size} bytes uncompressed exceeds the limit; skipped")
+        limit = min(MAX_FILE_BYTES, MAX_WHEEL_MEMBER_BYTES)
+        if info.file_size > limit:
+            self.diag(rel, "too-large", f"{info.file_size} bytes uncompressed exceeds the {limit} byte limit; skipped")
+            return None
+        if self._budget <= 0:
+            self.diag(rel, "too-large", f"the wheel inflated beyond {MAX_WHEEL_TOTAL_BYTES} bytes in total; not read")
             return None
         try:
             with self.zf.open(info) as f:
-                data = f.read(MAX_FILE_BYTES + 1)
-            if len(data) > MAX_FILE_BYTES:
-                self.diag(rel, "too-large", "inflates beyond the size limit; skipped")
-                return None
-            return data
-        except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError, RuntimeError) as e:
-            self.diag(rel, "corrupt-member", f"cannot read wheel entry: {e}")
+                data = f.read(limit + 1)
+        except Exception as e:  # noqa: BLE001 - CRC, zlib, truncation, encryption, unknown method...
+            self.diag(rel, "corrupt-member", f"cannot read wheel entry: {_ename(e)}: {e}")
             return None
+        self._budget -= len(data)
+        if len(data) > limit:
+            self.diag(rel, "too-large", "inflates beyond the size limit; skipped")
+            return None
+        return data
 
     def exists(self, rel: str) -> bool:
         return rel in self._members
@@ -269,6 +400,8 @@ def open_source(path: str | os.PathLike | None) -> Source:
         if not os.access(p, os.R_OK | os.X_OK):
             raise SourceError(f"{p}: directory is not readable")
         return DirSource(p)
+    if not p.is_file():  # a FIFO or device would block or never end
+        raise SourceError(f"{p}: not a directory or a regular file")
     if p.suffix == ".whl" or zipfile.is_zipfile(p):
         return WheelSource(p)
     raise SourceError(f"{p}: not a directory or a wheel (.whl)")

@@ -86,6 +86,8 @@ class Program:
     # identifiers in each macro's replacement text (for reachability through macros such as
     # DISPATCH_PATTERN(...) that expand to calls)
     define_idents: dict = field(default_factory=dict)
+    # (line, message) for conditionals nvcc would reject: #endif/#else without #if, #if without #endif
+    problems: list = field(default_factory=list)
 
     def region_of(self, offset: int) -> int:
         from bisect import bisect_right
@@ -102,6 +104,8 @@ def build_program(sc: Scan) -> Program:
     starts = [0]
     at = [0]
     stack: list[int] = []  # region id of the enclosing region of each open group
+    opened: list[tuple[int, bool]] = []  # (line of the #if, #else seen) per open group
+    problems: list[tuple[int, str]] = []
     cur = 0
     for d in sc.directives:
         name, text, line = d.name, d.text, d.line
@@ -113,10 +117,16 @@ def build_program(sc: Scan) -> Program:
             rline.append(line)
             rcond.append(cond)
             ops.append((OP_IF, line, rid, cond))
+            opened.append((line, False))
             cur = rid
         elif name in ("elif", "else", "elifdef", "elifndef"):
             if not stack:
+                problems.append((line, f"#{name} without #if"))
                 continue
+            if opened[-1][1]:
+                problems.append((line, f"#{name} after #else (the #if is at line {opened[-1][0]})"))
+            if name == "else":
+                opened[-1] = (opened[-1][0], True)
             rid = len(parent)
             parent.append(stack[-1])
             rline.append(line)
@@ -130,9 +140,11 @@ def build_program(sc: Scan) -> Program:
             cur = rid
         elif name == "endif":
             if not stack:
+                problems.append((line, "#endif without #if"))
                 continue
             ops.append((OP_ENDIF, line))
             cur = stack.pop()
+            opened.pop()
         else:
             if name == "define":
                 m = _DEFINE.match(text)
@@ -160,7 +172,10 @@ def build_program(sc: Scan) -> Program:
             continue
         starts.append(d.end)
         at.append(cur)
+    for line, _ in opened:
+        problems.append((line, "#if without #endif (unterminated at the end of the file)"))
     prog = Program(ops, parent, rline, rcond, starts, at)
+    prog.problems = problems
     prog.once = any(op[0] == OP_ONCE for op in ops)
     prog.defines = frozenset(op[2] for op in ops if op[0] == OP_DEFINE)
     di: dict[str, set] = {}
@@ -593,6 +608,11 @@ def parse_define_flags(flags) -> dict[str, str]:
     return out
 
 
+# Tokens one macro expansion may produce before the expression is given up as UNKNOWN (with an
+# "expansion-limit" diagnostic): self-doubling macros reach 2**64 tokens.
+MAX_EXPANSION_STEPS = 20000
+
+
 class Preprocessor:
     """Walk of one TU for one pass. `programs(path)` gives a file's Program (cached by the caller)."""
 
@@ -631,6 +651,7 @@ class Preprocessor:
         self._once: dict[str, bool | None] = {}  # path -> best state it was included with
         self._stack: list[str] = []
         self._taint = False
+        self._budget_hit = False
 
     # -- policy for names no #define reached
     def undefined_policy(self, name: str):
@@ -660,7 +681,8 @@ class Preprocessor:
         steps = 0
         while work:
             steps += 1
-            if steps > 20000:
+            if steps > MAX_EXPANSION_STEPS:
+                self._budget_hit = True
                 return [_UNKNOWN]  # runaway expansion: give up on this expression
             t, hs = work.popleft()
             if not isinstance(t, str):
@@ -701,7 +723,8 @@ class Preprocessor:
                 else:
                     if t in self.arch_defined or t in self.shadow or _ARCH_FAMILY.match(t):
                         self._taint = True
-                    pol = None if m is not None else self.undefined_policy(t)
+                    # a macro name met inside its own expansion is an ordinary identifier: 0
+                    pol = (0 if t in hs else None) if m is not None else self.undefined_policy(t)
                     if m is None and pol is None:
                         self.res.unknown_names[t] = self.res.unknown_names.get(t, 0) + 1
                     if work and work[0][0] == "(":
@@ -821,7 +844,8 @@ class Preprocessor:
         steps = 0
         while work:
             steps += 1
-            if steps > 20000:
+            if steps > MAX_EXPANSION_STEPS:
+                self._budget_hit = True
                 return [_UNKNOWN]
             t, hs = work.popleft()
             if not isinstance(t, str) or not (t[0].isalpha() or t[0] == "_") or t == "defined":
@@ -915,7 +939,10 @@ class Preprocessor:
                     return result[0], result[1]
         self._reads = {}
         before = dict(self.res.unknown_names) if self.res.unknown_names else {}
+        self._budget_hit = False
         val, taint = self._evaluate(text)
+        if self._budget_hit:
+            return val, taint  # not cached: every TU that meets it must report it
         unk = {n: c - before.get(n, 0) for n, c in self.res.unknown_names.items() if c != before.get(n, 0)}
         reads = tuple((n, _mkey(m), (n in self.shadow), (self.undefined_policy(n) if m is None else 0)) for n, m in self._reads.items())
         self._eval_cache.setdefault(text, []).append((reads, (val, taint, unk)))
@@ -961,6 +988,8 @@ class Preprocessor:
         res = self.res
         if path not in res.states:
             self.pkg_names |= prog.defines
+            for line, msg in prog.problems:
+                res.diagnostics.append(Diagnostic(path, "unbalanced-conditional", f"{msg}; nvcc rejects this file", line))
             res.files.append(path)
             res.states[path] = [False] * len(prog.region_parent)
             res.taints[path] = [False] * len(prog.region_parent)
@@ -986,6 +1015,7 @@ class Preprocessor:
                     st = False
                 else:
                     val, taint = self.evaluate(op[3])
+                    self._check_budget(path, op[1])
                     st = t_and(pstate, val)
                     if taint or val is None:
                         res.conds.append(CondRecord(path, op[1], "if", op[3], val, st, taint or ptaint))
@@ -1012,6 +1042,7 @@ class Preprocessor:
                     g[1] = True
                 else:
                     val, taint = self.evaluate(op[3])
+                    self._check_budget(path, op[1])
                     st = t_and(pstate, t_and(t_not(taken), val))
                     g[1] = t_or(taken, val)
                 g[2] = g[2] or taint
@@ -1057,6 +1088,13 @@ class Preprocessor:
             states[i] = t_merge(states[i], s)
             taints[i] = taints[i] or cur_taints[i]
         self._stack.pop()
+
+    def _check_budget(self, path: str, line: int) -> None:
+        if self._budget_hit:
+            self._budget_hit = False
+            self.res.diagnostics.append(Diagnostic(
+                path, "expansion-limit",
+                f"macro expansion exceeded {MAX_EXPANSION_STEPS} tokens; condition left undecided", line))
 
     def _include(self, path: str, op: tuple, state, taint: bool) -> None:
         _, line, spelled, angled, is_next, computed = op
@@ -1109,7 +1147,8 @@ class Preprocessor:
             return
         if target in self._stack:
             if not (prog.once or prog.guard):
-                res.diagnostics.append(Diagnostic(path, "include-cycle", f"include cycle through {target}", line, "note"))
+                # without a guard the real preprocessor recurses to its depth limit and fails
+                res.diagnostics.append(Diagnostic(path, "include-cycle", f"include cycle through {target} without an include guard", line))
             return
         seen = self._once.get(target, "never")
         if prog.once or prog.guard:

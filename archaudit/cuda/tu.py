@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from ..model import Diagnostic
+from ..parsing.screen import binary_problem
 from ..targets import CompileTarget, registry
 from . import features as F
 from .includes import IncludeResolver, IncludeRoot, as_root, discover_include_roots as _discover
@@ -161,21 +162,45 @@ class TuResult:
         }
 
 
+# Input problems that make any prediction for the TU meaningless: nvcc would reject the file or
+# never finish, or we could not read it as source (see README "Untrusted input").
+INPUT_PROBLEMS = frozenset(("unbalanced-conditional", "include-cycle", "expansion-limit", "binary-file", "too-large",
+                            "not-a-file"))
+
+
 class FsReader:
-    """Reader over a directory (paths relative to it)."""
+    """Reader over a directory (paths relative to it). Reads only regular files of bounded size
+    (a symlink to /dev/zero or a FIFO must not hang the analysis); `problems` says why not."""
 
     def __init__(self, root: str):
         self.root = root
+        self.problems: dict[str, tuple[str, str]] = {}  # rel -> (diagnostic kind, message)
 
     def _p(self, rel: str) -> str:
         return os.path.join(self.root, *rel.split("/")) if rel else self.root
 
     def read(self, rel: str) -> bytes | None:
+        import stat
+
+        from ..sources import MAX_FILE_BYTES
+
         try:
-            with open(self._p(rel), "rb") as f:
-                return f.read()
+            fd = os.open(self._p(rel), os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
         except OSError:
             return None
+        with os.fdopen(fd, "rb") as f:
+            try:
+                st = os.fstat(f.fileno())
+                if not stat.S_ISREG(st.st_mode):
+                    self.problems[rel] = ("not-a-file", f"{rel} is not a regular file; not read")
+                    return None
+                data = f.read(MAX_FILE_BYTES + 1)
+            except OSError:
+                return None
+        if len(data) > MAX_FILE_BYTES:
+            self.problems[rel] = ("too-large", f"{rel} exceeds the {MAX_FILE_BYTES} byte limit; not read")
+            return None
+        return data
 
     def exists(self, rel: str) -> bool:
         return os.path.isfile(self._p(rel))
@@ -210,6 +235,7 @@ class CudaProject:
         self._by_owner: dict[str, dict[int, list[tuple[int, frozenset]]]] = {}
         self._names: dict[str, dict[str, list[int]]] = {}
         self._eval_cache: dict = {}  # #if text -> [(macro lookups, result)], shared by all walks
+        self.problems: dict[str, tuple[str, str]] = {}  # path -> (kind, message): read but not source
 
     # -- roots
     @classmethod
@@ -229,9 +255,19 @@ class CudaProject:
         if path in self._facts:
             return self._facts[path]
         data = self.reader.read(path)
-        ff = None if data is None else F.extract(path, data)
+        ff = None
+        if data is not None:
+            why = binary_problem(data)
+            if why is None:
+                ff = F.extract(path, data)
+            else:
+                self.problems[path] = ("binary-file", f"{path}: {why}; not C/C++ source")
         self._facts[path] = ff
         return ff
+
+    def problem(self, path: str) -> tuple[str, str] | None:
+        """Why a file could not be analysed, if it was read or refused for a known reason."""
+        return self.problems.get(path) or getattr(self.reader, "problems", {}).get(path)
 
     def set_facts(self, ff: F.FileFacts) -> None:
         """Install facts from an external cache (e.g. on disk by content hash)."""
@@ -276,10 +312,24 @@ class CudaProject:
         module adds for this source (flashinfer's extra_include_paths, -D flags)."""
         relpath = posixpath.normpath(relpath)
         if self.facts(relpath) is None:
-            return TuResult(relpath, target.name, "unknown", reason=f"cannot read {relpath}",
-                            diagnostics=[Diagnostic(relpath, "unreadable", f"cannot read {relpath}", severity="error")])
+            kind, msg = self.problem(relpath) or ("unreadable", f"cannot read {relpath}")
+            return TuResult(relpath, target.name, "unknown", reason=msg,
+                            diagnostics=[Diagnostic(relpath, kind, msg, severity="error")])
         pr, pp = self.preprocess(relpath, target, extra_include_roots, extra_defines)
-        return _judge(self, relpath, target, pr, pp)
+        res = _judge(self, relpath, target, pr, pp)
+        # an included file that is binary or too large: say why, not only "cannot read"
+        for d in list(res.diagnostics):
+            if d.kind == "unreadable" and self.problem(d.path):
+                kind, msg = self.problem(d.path)
+                res.diagnostics.append(Diagnostic(d.path, kind, msg, d.line))
+        problems = [d for d in res.diagnostics if d.kind in INPUT_PROBLEMS]
+        if problems:
+            # nvcc would reject or never finish this TU: no architecture verdict stands
+            d = problems[0]
+            res.prediction = "unknown"
+            res.reason = f"{d.kind} at {d.path}" + (f":{d.line}" if d.line else "") + f": {d.message}"
+            res.unknowns.insert(0, res.reason)
+        return res
 
 
 # --- judging -----------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ Unknown syntax becomes an "other" node rather than an error: the analyses treat 
 """
 from __future__ import annotations
 
+import re
 import sys
 from functools import lru_cache
 
@@ -65,6 +66,10 @@ def parse_python(src: bytes, shallow: bool = False) -> ParsedModule:
     errors = []
     if tree.root_node.has_error:
         errors = _first_errors(tree.root_node)
+    errors.extend(conv.problems)
+    if _TAB_INDENT.search(src):
+        errors.extend(_tab_errors(tree.root_node, src))
+    errors.sort()
     return ParsedModule(body, src, errors, shallow)
 
 
@@ -75,21 +80,100 @@ def _first_errors(root, limit: int = 3) -> list[tuple[int, str]]:
         n = stack.pop()
         if n.type == "ERROR" or n.is_missing:
             what = f"missing {n.type}" if n.is_missing else "syntax error"
-            out.append((n.start_point[0] + 1, what))
+            out.append((_error_point(n).start_point[0] + 1, what))
             continue
         if n.has_error:
             stack.extend(reversed(n.children))
     return out
 
 
+def _error_point(n):
+    """Where an ERROR node really goes wrong: tree-sitter's recovery often wraps the complete
+    statements before the bad token in it (a whole-file ERROR), so skip those."""
+    for _ in range(1000):
+        if n.is_missing:
+            return n
+        for c in n.children:
+            if c.is_missing or c.type == "ERROR" or c.has_error:
+                n = c
+                break
+            if c.is_named and (c.type.endswith(("_statement", "_definition")) or c.type == "comment"):
+                continue
+            return c
+        else:
+            return n
+    return n
+
+
+# a line indented with a tab somewhere in its leading whitespace
+_TAB_INDENT = re.compile(rb"^[ \f]*\t", re.M)
+_CLAUSES = frozenset(("elif_clause", "else_clause", "except_clause", "except_group_clause", "finally_clause",
+                      "case_clause", "decorator"))
+
+
+def _tab_errors(root, src: bytes) -> list[tuple[int, str]]:
+    """CPython's TabError check: indentation must compare the same way with tabs as 8 columns
+    (what tree-sitter uses) and as 1 column, on every line that starts a statement or clause."""
+    rows: set[int] = set()
+    stack = [root]
+    while stack:
+        n = stack.pop()
+        for c in n.children:
+            if c.is_named and (n.type in ("module", "block") or c.type in _CLAUSES):
+                rows.add(c.start_point[0])
+            if c.child_count and c.type not in ("string", "comment"):
+                stack.append(c)
+    lines = src.split(b"\n")
+    indents = [(0, 0)]
+    for row in sorted(rows):
+        if row >= len(lines):
+            continue
+        line = lines[row]
+        col = alt = 0
+        for ch in line:
+            if ch == 0x20:
+                col += 1
+                alt += 1
+            elif ch == 0x09:
+                col = (col // 8 + 1) * 8
+                alt += 1
+            elif ch == 0x0C:
+                col = alt = 0
+            else:
+                break
+        while len(indents) > 1 and col < indents[-1][0]:
+            indents.pop()
+        top_col, top_alt = indents[-1]
+        if (col == top_col) != (alt == top_alt) or (col > top_col) != (alt > top_alt):
+            return [(row + 1, "inconsistent use of tabs and spaces in indentation (Python 3 raises TabError); "
+                     "analysed with tabs as 8 columns")]
+        if col > top_col:
+            indents.append((col, alt))
+    return []
+
+
 _COMPARE_OPS = {"<", ">", "<=", ">=", "==", "!=", "in", "is", "<>"}
+
+
+# Nesting limits of the converter (it recurses). CPython itself refuses more than 100 indentation
+# levels and 200 nested parentheses; deeper parts become opaque "other" nodes, with a diagnostic.
+MAX_BLOCK_DEPTH = 100
+MAX_EXPR_DEPTH = 200
 
 
 class _Converter:
     def __init__(self, src: bytes, shallow: bool = False):
         self.src = src
         self.depth = 0
+        self.bdepth = 0
         self.shallow = shallow
+        self.problems: list[tuple[int, str]] = []  # (line, message): not syntax errors for tree-sitter
+        self._said: set[str] = set()
+
+    def problem(self, ts, msg: str) -> None:
+        if msg not in self._said:  # once per kind per file
+            self._said.add(msg)
+            self.problems.append((ts.start_point[0] + 1, msg))
 
     def mk(self, k: str, ts, **f) -> N:
         return N(k, ts.start_point[0] + 1, ts.start_point[1] + 1, ts.start_byte, ts.end_byte, f)
@@ -102,10 +186,17 @@ class _Converter:
         out: list[N] = []
         if ts is None:
             return out
-        for c in ts.named_children:
-            s = self.stmt(c)
-            if s is not None:
-                out.append(s)
+        if self.bdepth >= MAX_BLOCK_DEPTH:
+            self.problem(ts, f"statements nested deeper than {MAX_BLOCK_DEPTH} levels; the inner ones are not analysed")
+            return out
+        self.bdepth += 1
+        try:
+            for c in ts.named_children:
+                s = self.stmt(c)
+                if s is not None:
+                    out.append(s)
+        finally:
+            self.bdepth -= 1
         return out
 
     def stmt(self, ts) -> N | None:
@@ -274,6 +365,9 @@ class _Converter:
             return self.mk("pass", ts)
         if t in ("match_statement",):
             return self.mk("other", ts)
+        if t in ("print_statement", "exec_statement"):
+            self.problem(ts, f"Python 2 syntax ({t.split('_')[0]} statement); Python 3 cannot run this file")
+            return self.mk("other", ts)
         if t == "ERROR":
             # keep what is recognisable inside an error region
             inner = self.block_children(ts)
@@ -329,7 +423,8 @@ class _Converter:
     def expr(self, ts) -> N:
         self.depth += 1
         try:
-            if self.depth > 200:
+            if self.depth > MAX_EXPR_DEPTH:
+                self.problem(ts, f"expression nested deeper than {MAX_EXPR_DEPTH} levels; its inner part is not analysed")
                 return self.mk("other", ts)
             return self._expr(ts)
         finally:
@@ -418,6 +513,8 @@ class _Converter:
                     operands.append(self.expr(c))
                 elif not c.is_named:
                     tok = self.text(c)
+                    if tok == "<>":
+                        self.problem(c, "Python 2 syntax ('<>' operator); Python 3 cannot run this file")
                     pending = f"{pending} {tok}".strip() if pending else tok
             return self.mk("compare", ts, operands=operands, ops=ops)
         if t == "boolean_operator":
@@ -490,6 +587,8 @@ class _Converter:
         for c in ts.children:
             if c.type == "string_start":
                 prefix = self.text(c).lower()
+                if prefix.startswith("`"):
+                    self.problem(c, "Python 2 syntax (backquote repr); Python 3 cannot run this file")
                 is_f = "f" in prefix.rstrip("'\"")
             elif c.type == "string_content":
                 chunks.append(self._content(c, prefix))
