@@ -90,6 +90,10 @@ def build_tree(dest: Path, huge: bool = True) -> list[Bad]:
     out.append(Bad("badpkg/outside.py", "a symlink to a file outside the scan root", "symlink-outside", "fs"))
     os.symlink("no_such_file.py", pkg / "dangling.py")
     out.append(Bad("badpkg/dangling.py", "a dangling symlink", "dangling-symlink", "fs"))
+    os.mkfifo(pkg / "fifo.py")  # reading it would block forever
+    out.append(Bad("badpkg/fifo.py", "a FIFO named like a module", "not-a-file", "fs"))
+    _w(pkg / os.fsdecode(b"bad\xffname.py"), TRIGGER)
+    out.append(Bad("badpkg/bad\\xffname.py", "a file name that is not UTF-8", "bad-filename", "fs"))
 
     # CUDA/C++: read by `archaudit cuda` and the runtime-check scanner, not by `scan` (no JIT
     # module reaches them)
