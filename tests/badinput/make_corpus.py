@@ -176,31 +176,26 @@ def build_wheels(dest: Path) -> list[Bad]:
     at = zi.header_offset + 30 + len(zi.filename) + len(zi.extra) + zi.compress_size // 2
     raw[at : at + 4] = bytes(0xFF ^ b for b in raw[at : at + 4])
     whl("corrupt-1.0-py3-none-any.whl", bytes(raw), "a damaged member (bad deflate data / CRC)", "corrupt-member")
-    # zip bomb: 200 MB of zeros deflate to ~200 KB
+    # zip bomb: 1 GiB of zeros in ~1 MB (a deflate chunk repeated, see _zeros_member)
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
         z.writestr("bombwhl/__init__.py", "")
         z.writestr("bombwhl/gate.py", GOOD_MODULE)
-        zi = zipfile.ZipInfo("bombwhl/bomb.py")
-        zi.compress_type = zipfile.ZIP_DEFLATED
-        with z.open(zi, "w", force_zip64=True) as f:
-            block = b"\0" * (1 << 20)
-            for _ in range(200):
-                f.write(block)
         z.writestr("bombwhl-1.0.dist-info/METADATA", _meta("bombwhl"))
         z.writestr("bombwhl-1.0.dist-info/RECORD", "bombwhl/__init__.py,,\nbombwhl/gate.py,,\nbombwhl/bomb.py,,\n")
-    whl("bomb-1.0-py3-none-any.whl", buf.getvalue(), "zip bomb (200 MB from ~200 KB)", "too-large")
+    _add_zeros_member(buf, "bombwhl/bomb.py", 1024)
+    whl("bomb-1.0-py3-none-any.whl", buf.getvalue(), "zip bomb (1 GiB from ~1 MB)", "too-large")
     # a bomb that lies: the header claims 10 bytes, the stream inflates to 50 MB
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
         z.writestr("liarwhl/__init__.py", "")
         z.writestr("liarwhl/gate.py", GOOD_MODULE)
-        z.writestr("liarwhl/liar.py", b"#" * (50 << 20))
+        z.writestr("liarwhl/liar.py", b"#" * (4 << 20))
         z.writestr("liarwhl-1.0.dist-info/METADATA", _meta("liarwhl"))
         z.writestr("liarwhl-1.0.dist-info/RECORD", "")
     raw = bytearray(buf.getvalue())
     _patch_sizes(raw, b"liarwhl/liar.py", 10)
-    whl("liar-1.0-py3-none-any.whl", bytes(raw), "a member that lies about its size", "corrupt-member")
+    whl("liar-1.0-py3-none-any.whl", bytes(raw), "a member that lies about its size (says 10 bytes, inflates to 4 MB)", "corrupt-member")
     whl("traversal-1.0-py3-none-any.whl",
         _wheel_bytes("travwhl", [("travwhl/__init__.py", ""), ("travwhl/gate.py", GOOD_MODULE),
                                  ("../../etc/evil.py", TRIGGER), ("/abs/evil.py", TRIGGER),
@@ -225,6 +220,46 @@ def build_wheels(dest: Path) -> list[Bad]:
                      meta="Metadata-Version: 2.1\nName: nover\n\n"),
         "METADATA without Version", "missing-version")
     return out
+
+
+def _add_zeros_member(buf: io.BytesIO, name: str, mib: int) -> None:
+    """Append a member of `mib` MiB of zeros to the zip in buf, without compressing them: one
+    deflate chunk for 1 MiB, ended by a full flush (byte-aligned, history reset), is repeated."""
+    import struct
+    import zlib
+
+    c = zlib.compressobj(9, zlib.DEFLATED, -15)
+    block = b"\0" * (1 << 20)
+    chunk = c.compress(block) + c.flush(zlib.Z_FULL_FLUSH)
+    data = chunk * mib + b"\x03\x00"  # a final empty fixed-Huffman block
+    crc = 0
+    for _ in range(mib):
+        crc = zlib.crc32(block, crc)
+    size = mib << 20
+    raw = buf.getvalue()
+    infos = zipfile.ZipFile(io.BytesIO(raw)).infolist()
+    cd_start = _cd_offset(raw)
+    body, nm = raw[:cd_start], name.encode()
+    off = len(body)
+    local = struct.pack("<4s5H3I2H", b"PK\x03\x04", 20, 0, 8, 0, 0x21, crc, len(data), size, len(nm), 0) + nm
+    central = raw[cd_start : _eocd_offset(raw)]
+    central += struct.pack("<4s6H3I5H2I", b"PK\x01\x02", 20, 20, 0, 8, 0, 0x21, crc, len(data), size, len(nm),
+                           0, 0, 0, 0, 0o100644 << 16, off) + nm
+    body += local + data
+    eocd = struct.pack("<4s4H2IH", b"PK\x05\x06", 0, 0, len(infos) + 1, len(infos) + 1, len(central), len(body), 0)
+    buf.seek(0)
+    buf.truncate()
+    buf.write(body + central + eocd)
+
+
+def _eocd_offset(raw: bytes) -> int:
+    return raw.rfind(b"PK\x05\x06")
+
+
+def _cd_offset(raw: bytes) -> int:
+    import struct
+
+    return struct.unpack("<I", raw[_eocd_offset(raw) + 16 : _eocd_offset(raw) + 20])[0]
 
 
 def _patch_sizes(raw: bytearray, name: bytes, size: int) -> None:
