@@ -342,3 +342,38 @@ def test_runtime_check_scanner_on_bad_files(corpus):
     gates = scan_runtime_checks(reader, files)
     assert time.monotonic() - t0 < 20
     assert gates == []  # none of them holds a host-side check; none crashes it
+
+
+# --- output safety and determinism ----------------------------------------------------------
+
+def test_rich_markup_in_scanned_text_is_not_interpreted(tmp_path):
+    # file names, expressions and METADATA come from the scanned files: "[/bold]" once made the
+    # default table output fail with a MarkupError (exit 2)
+    (tmp_path / "[red]").mkdir()
+    (tmp_path / "[red]" / "m.py").write_text(
+        'import torch\nif torch.cuda.get_device_capability() >= (9, 0) and X["[/bold]"]:\n    Y = 1\n')
+    r = CliRunner().invoke(main, ["scan", str(tmp_path), "-t", "sm_120"])
+    assert r.exit_code == 0, r.output
+    assert '"[/bold]"' in r.output and "[red]/m.py:2" in r.output
+    info = tmp_path / "site" / "evil-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: [/x]evil\nVersion: [/y]1.0\n\n")
+    r = CliRunner().invoke(main, ["scan", str(tmp_path / "site")])
+    assert r.exit_code == 0, r.output
+    assert "([/x]evil [/y]1.0)" in r.output
+
+
+def test_listing_order_does_not_change_the_json(corpus, monkeypatch, reg):
+    import random
+
+    first = to_json(scan(corpus["root"]), reg)
+    real_scandir = os.scandir
+
+    def shuffled(path):
+        entries = list(real_scandir(path))
+        random.Random(str(path)).shuffle(entries)
+        entries.reverse()
+        return iter(entries)
+
+    monkeypatch.setattr(sources.os, "scandir", shuffled)
+    assert to_json(scan(corpus["root"]), reg) == first

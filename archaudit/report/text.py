@@ -4,6 +4,7 @@ from __future__ import annotations
 from collections import Counter
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ..targets import Registry
@@ -19,8 +20,9 @@ def _admits(reg: Registry, admits) -> str:
 
 
 def render_table(result, reg: Registry, console: Console) -> None:
+    # paths, expressions and package metadata come from scanned files: never rich markup
     pk = ", ".join(f"{d.name} {d.version}" for d in sorted(result.packages, key=lambda d: d.name.lower()))
-    console.print(f"[bold]archaudit[/bold] {result.root}" + (f"  ({pk})" if pk else ""))
+    console.print(f"[bold]archaudit[/bold] {escape(str(result.root))}" + (f"  ({escape(pk)})" if pk else ""))
     table = Table(show_lines=False, header_style="bold")
     table.add_column("location", overflow="fold")
     table.add_column("kind")
@@ -30,10 +32,10 @@ def render_table(result, reg: Registry, console: Console) -> None:
         table.add_column(t.gpu.name)
     table.add_column("resolution", overflow="fold", max_width=40)
     for g in result.gates:
-        row = [f"{g.path}:{g.line}", g.kind, g.expr, _admits(reg, g.admits)]
+        row = [escape(f"{g.path}:{g.line}"), g.kind, escape(g.expr), _admits(reg, g.admits)]
         for t in result.targets:
             row.append("[green]yes[/green]" if t.gpu.name in g.admits else "[red]no[/red]")
-        row.append(g.resolution.split(":", 1)[0] if g.resolved else f"[yellow]{g.resolution}[/yellow]")
+        row.append(escape(g.resolution.split(":", 1)[0]) if g.resolved else f"[yellow]{escape(g.resolution)}[/yellow]")
         table.add_row(*row)
     console.print(table)
     if result.findings:
