@@ -352,7 +352,7 @@ def test_rich_markup_in_scanned_text_is_not_interpreted(tmp_path):
     (tmp_path / "[red]").mkdir()
     (tmp_path / "[red]" / "m.py").write_text(
         'import torch\nif torch.cuda.get_device_capability() >= (9, 0) and X["[/bold]"]:\n    Y = 1\n')
-    r = CliRunner().invoke(main, ["scan", str(tmp_path), "-t", "sm_120"])
+    r = CliRunner(env={"COLUMNS": "400"}).invoke(main, ["scan", str(tmp_path), "-t", "sm_120"])
     assert r.exit_code == 0, r.output
     assert '"[/bold]"' in r.output and "[red]/m.py:2" in r.output
     info = tmp_path / "site" / "evil-1.0.dist-info"
