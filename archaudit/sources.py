@@ -24,6 +24,9 @@ CUDA_EXT = (".cu", ".cuh", ".h", ".hpp", ".cpp", ".cc", ".cxx", ".inl", ".hh", "
 # Limits on untrusted input (README "Untrusted input"). Larger files are reported and skipped:
 # the biggest real source in flashinfer/sglang is about 4 MB.
 MAX_FILE_BYTES = 16 * 1024 * 1024
+# Python parses and converts at ~0.5-1 MB/s here, so .py files have a lower bound of their own
+# (largest real one: 1.2 MB, a generated flashinfer kernel); worst case ~10 s per file.
+MAX_PYTHON_BYTES = 4 * 1024 * 1024
 # A wheel member may not claim to inflate beyond this (zip bombs); the file limit applies too.
 MAX_WHEEL_MEMBER_BYTES = 64 * 1024 * 1024
 # Inflated bytes read from one wheel in total (many small bombs); flashinfer's wheel is ~500 MB.
@@ -40,6 +43,10 @@ class Distribution:
     version: str
     top_level: list[str] = field(default_factory=list)
     dist_info: str = ""
+
+
+def size_limit(rel: str) -> int:
+    return MAX_PYTHON_BYTES if rel.endswith(PY_EXT) else MAX_FILE_BYTES
 
 
 class SourceError(Exception):
@@ -246,12 +253,13 @@ class DirSource(Source):
                 if not stat.S_ISREG(st.st_mode):
                     self.diag(rel, "not-a-file", "not a regular file; not read")
                     return None
-                if st.st_size > MAX_FILE_BYTES:
-                    self.diag(rel, "too-large", f"{st.st_size} bytes exceeds the {MAX_FILE_BYTES} byte limit; skipped")
+                limit = size_limit(rel)
+                if st.st_size > limit:
+                    self.diag(rel, "too-large", f"{st.st_size} bytes exceeds the {limit} byte limit; skipped")
                     return None
-                data = f.read(MAX_FILE_BYTES + 1)
-                if len(data) > MAX_FILE_BYTES:  # grew while we read it
-                    self.diag(rel, "too-large", f"exceeds the {MAX_FILE_BYTES} byte limit; skipped")
+                data = f.read(limit + 1)
+                if len(data) > limit:  # grew while we read it
+                    self.diag(rel, "too-large", f"exceeds the {limit} byte limit; skipped")
                     return None
                 return data
         except OSError as e:
@@ -361,7 +369,7 @@ class WheelSource(Source):
         info = self._members.get(rel)
         if info is None:
             return None
-        limit = min(MAX_FILE_BYTES, MAX_WHEEL_MEMBER_BYTES)
+        limit = min(size_limit(rel), MAX_WHEEL_MEMBER_BYTES)
         if info.file_size > limit:
             self.diag(rel, "too-large", f"{info.file_size} bytes uncompressed exceeds the {limit} byte limit; skipped")
             return None
