@@ -69,6 +69,8 @@ def parse_python(src: bytes, shallow: bool = False) -> ParsedModule:
     errors.extend(conv.problems)
     if _TAB_INDENT.search(src):
         errors.extend(_tab_errors(tree.root_node, src))
+    if _PY2_HINT.search(src):
+        errors.extend(_py2_errors(tree.root_node))
     errors.sort()
     return ParsedModule(body, src, errors, shallow)
 
@@ -103,6 +105,35 @@ def _error_point(n):
         else:
             return n
     return n
+
+
+# Python 2 constructs tree-sitter-python accepts silently: print/exec statements, `x`, <>.
+# Searched in the whole tree (function bodies too, even for a shallow parse), after a byte test.
+_PY2_HINT = re.compile(rb"^[ \t]*(?:print|exec)[ \t]+[^\s(=.,)\[\]:;]|`|<>", re.M)
+
+
+@lru_cache(maxsize=1)
+def _py2_query():
+    lang = tree_sitter.Language(tree_sitter_python.language())
+    return tree_sitter.Query(lang, '(print_statement) @s (exec_statement) @s "<>" @op (string_start) @q')
+
+
+def _py2_errors(root) -> list[tuple[int, str]]:
+    caps = tree_sitter.QueryCursor(_py2_query()).captures(root)
+    found = []
+    for n in caps.get("s", []):
+        found.append((n.start_point[0] + 1, f"{n.type.split('_')[0]} statement"))
+    for n in caps.get("op", []):
+        found.append((n.start_point[0] + 1, "'<>' operator"))
+    for n in caps.get("q", []):
+        if n.text.startswith(b"`"):
+            found.append((n.start_point[0] + 1, "backquote repr"))
+    out, said = [], set()
+    for line, what in sorted(found):
+        if what not in said:  # once per construct per file
+            said.add(what)
+            out.append((line, f"Python 2 syntax ({what}); Python 3 cannot run this file"))
+    return out
 
 
 # a line indented with a tab somewhere in its leading whitespace
@@ -365,9 +396,7 @@ class _Converter:
             return self.mk("pass", ts)
         if t in ("match_statement",):
             return self.mk("other", ts)
-        if t in ("print_statement", "exec_statement"):
-            self.problem(ts, f"Python 2 syntax ({t.split('_')[0]} statement); Python 3 cannot run this file")
-            return self.mk("other", ts)
+
         if t == "ERROR":
             # keep what is recognisable inside an error region
             inner = self.block_children(ts)
@@ -513,8 +542,6 @@ class _Converter:
                     operands.append(self.expr(c))
                 elif not c.is_named:
                     tok = self.text(c)
-                    if tok == "<>":
-                        self.problem(c, "Python 2 syntax ('<>' operator); Python 3 cannot run this file")
                     pending = f"{pending} {tok}".strip() if pending else tok
             return self.mk("compare", ts, operands=operands, ops=ops)
         if t == "boolean_operator":
@@ -587,8 +614,6 @@ class _Converter:
         for c in ts.children:
             if c.type == "string_start":
                 prefix = self.text(c).lower()
-                if prefix.startswith("`"):
-                    self.problem(c, "Python 2 syntax (backquote repr); Python 3 cannot run this file")
                 is_f = "f" in prefix.rstrip("'\"")
             elif c.type == "string_content":
                 chunks.append(self._content(c, prefix))
