@@ -377,3 +377,15 @@ def test_listing_order_does_not_change_the_json(corpus, monkeypatch, reg):
 
     monkeypatch.setattr(sources.os, "scandir", shuffled)
     assert to_json(scan(corpus["root"]), reg) == first
+
+
+def test_cuda_command_on_oversized_file(tmp_path):
+    big = tmp_path / "big.cu"
+    with open(big, "wb") as f:
+        f.write(b"__global__ void k() {}\n")
+        f.truncate(sources.MAX_FILE_BYTES + 1)  # sparse: cheap to make
+    r = CliRunner().invoke(main, ["cuda", str(big), "-t", "sm_120", "--format", "json"])
+    assert r.exit_code == 1 and "Traceback" not in r.output
+    doc = json.loads(r.output)
+    assert doc["prediction"] == "unknown"
+    assert [(d["path"], d["kind"]) for d in doc["diagnostics"]] == [("big.cu", "too-large")]
