@@ -17,7 +17,7 @@ from email.parser import HeaderParser
 from pathlib import Path, PurePosixPath
 
 from .model import Diagnostic
-from .parsing.screen import python_text_problem
+from .parsing.screen import binary_problem, python_text_problem
 
 PY_EXT = (".py", ".pyi")
 CUDA_EXT = (".cu", ".cuh", ".h", ".hpp", ".cpp", ".cc", ".cxx", ".inl", ".hh", ".cuinl")
@@ -67,13 +67,19 @@ class Source:
 
     def read(self, rel: str) -> bytes | None:
         """The file's bytes, or None (with a diagnostic) when it cannot or must not be read.
-        Python files that Python itself could not load (NUL bytes, UTF-16, invalid UTF-8) are
-        reported here, once, whether or not an analysis would have parsed them."""
+        Python files that Python itself could not load (NUL bytes, UTF-16, invalid UTF-8) and
+        C/C++ files that are binary data are reported here, once, whether or not an analysis
+        would have parsed them."""
         data = self._read_bytes(rel)
         if data is not None and rel.endswith(PY_EXT):
             why = python_text_problem(data)
             if why is not None:
                 self.diag(rel, "unreadable-source", f"skipped: {why}")
+                return None
+        elif data is not None and rel.endswith(CUDA_EXT):
+            why = binary_problem(data)
+            if why is not None:
+                self.diag(rel, "binary-file", f"{why}; not C/C++ source, skipped")
                 return None
         return data
 

@@ -21,6 +21,7 @@ from archaudit.report.jsonout import to_json
 from archaudit.report.text import render_text
 
 REPO = Path(__file__).resolve().parent.parent
+FIX = REPO / "fixtures"
 sys.path.insert(0, str(REPO / "tests" / "badinput"))
 import make_corpus  # noqa: E402
 
@@ -46,12 +47,16 @@ EXPECTED_TREE = {
     ("badpkg/dangling.py", "dangling-symlink", None),
     ("badpkg/fifo.py", "not-a-file", None),
     ("badpkg/bad\\xffname.py", "bad-filename", None),
+    ("badpkg/csrc/random.cu", "binary-file", None),  # read by the runtime-check scan
 }
 if not IS_ROOT:  # root reads a chmod 000 file anyway
     EXPECTED_TREE.add(("badpkg/unreadable.py", "unreadable", None))
 
 
-def _gate_rows(result, prefix: str = "gatepkg/"):
+GOOD = ("gatepkg/", "kernlib/", "servelib/")
+
+
+def _gate_rows(result, prefix=GOOD):
     return [
         (g.path, g.line, g.col, g.kind, g.expr, tuple(sorted(g.admits)), g.resolution, g.region, g.function)
         for g in result.gates if g.path.startswith(prefix)
@@ -61,18 +66,26 @@ def _gate_rows(result, prefix: str = "gatepkg/"):
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     base = tmp_path_factory.mktemp("badinput")
-    clean = base / "clean"
-    shutil.copytree(REPO / "fixtures" / "pygates" / "gatepkg", clean / "gatepkg")
-    root = base / "dirty"
-    shutil.copytree(REPO / "fixtures" / "pygates" / "gatepkg", root / "gatepkg")
+    clean, root = base / "clean", base / "dirty"
+    for d in (clean, root):  # good packages: Python gates, and JIT modules with real verdicts
+        for pkg in (FIX / "pygates" / "gatepkg", FIX / "verdicts" / "kernlib", FIX / "verdicts" / "servelib"):
+            shutil.copytree(pkg, d / pkg.name)
     manifest = make_corpus.build_tree(root)
     yield {"clean": clean, "root": root, "manifest": manifest, "base": base}
     os.chmod(root / "badpkg" / "unreadable.py", 0o644)
 
 
 @pytest.fixture(scope="module")
-def scans(corpus):
-    return scan(corpus["clean"]), scan(corpus["root"])
+def scans(corpus, reg):
+    # with a target, so verdicts (call graph, JIT modules, TU predictions) run over the tree too
+    t = [reg.parse("sm_120")]
+    return scan(corpus["clean"], t), scan(corpus["root"], t)
+
+
+def _finding_rows(result, prefix=GOOD):
+    return [(f.gate.path, f.gate.line, f.target, f.verdict, f.reason, f.patch,
+             [(m.name, m.prediction, m.reason, [k.to_json() for k in m.kernels]) for m in f.modules],
+             [e.to_json() for e in f.evidence]) for f in result.findings if f.gate.path.startswith(prefix)]
 
 
 def test_every_bad_file_gets_its_diagnostic_and_nothing_else(corpus, scans):
@@ -91,8 +104,11 @@ def test_every_bad_file_gets_its_diagnostic_and_nothing_else(corpus, scans):
 def test_good_package_gates_identical_with_and_without_bad_files(scans):
     clean, dirty = scans
     assert clean.diagnostics == []
-    assert len(_gate_rows(clean)) == 22
+    assert len(_gate_rows(clean, "gatepkg/")) == 22
     assert _gate_rows(dirty) == _gate_rows(clean)
+    verdicts = [r[3] for r in _finding_rows(clean)]
+    assert {"hardware-bound", "partial", "software-only"} <= set(verdicts)
+    assert _finding_rows(dirty) == _finding_rows(clean)
 
 
 def test_recoverable_files_still_yield_their_gates(scans):
@@ -142,7 +158,7 @@ def test_file_vanishing_during_scan(corpus, monkeypatch, tmp_path):
     res = scan(root)
     assert [(d.path, d.kind) for d in res.diagnostics] == [("gatepkg/gone.py", "vanished")]
     monkeypatch.undo()
-    assert _gate_rows(res) == _gate_rows(scan(corpus["clean"]))
+    assert _gate_rows(res, "gatepkg/") == _gate_rows(scan(corpus["clean"]), "gatepkg/")
 
 
 def test_unreadable_file_by_permissions(tmp_path):
