@@ -405,3 +405,18 @@ def test_cuda_command_on_oversized_file(tmp_path):
     doc = json.loads(r.output)
     assert doc["prediction"] == "unknown"
     assert [(d["path"], d["kind"]) for d in doc["diagnostics"]] == [("big.cu", "too-large")]
+
+
+def test_broken_jit_source_makes_the_verdict_unresolved(tmp_path, reg):
+    # hopper_gemm.cu is hardware-bound on sm_120 (wgmma); an unterminated #if makes nvcc reject
+    # it on every target, so no hardware verdict may stand
+    shutil.copytree(FIX / "verdicts", tmp_path / "v")
+    with open(tmp_path / "v/kernlib/data/csrc/hopper_gemm.cu", "a") as f:
+        f.write("#if 1\n")
+    res = scan(tmp_path / "v", [reg.parse("sm_120")])
+    got = {(f.gate.path, f.gate.line): (f.verdict, f.reason) for f in res.findings}
+    why = ("hopper_gemm: kernlib/data/csrc/hopper_gemm.cu: unbalanced-conditional at kernlib/data/csrc/hopper_gemm.cu:11: "
+           "#if without #endif (unterminated at the end of the file); nvcc rejects this file")
+    assert got[("kernlib/gemm.py", 6)] == ("unresolved", why)
+    assert got[("kernlib/jit/modules.py", 18)] == ("unresolved", why)
+    assert got[("kernlib/jit/modules.py", 23)][0] == "software-only"  # other modules unaffected
