@@ -19,7 +19,7 @@ from archaudit.parsing.python_ir import parse_python
 from archaudit.sources import MAX_FILE_BYTES, Source, SourceError, WheelSource, _safe_member
 from archaudit.targets import UnknownTarget, registry
 
-FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 REG = registry()
 TARGETS = ["sm_80", "sm_90a", "sm_100f", "sm_103a", "sm_120f", "sm_121a"]
 
@@ -198,7 +198,7 @@ def _gates_of(conds: list[str]) -> dict[int, frozenset]:
     return {i: got.get(line) for i, line in enumerate(where)}
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(arch_cond(), arch_cond())
 def test_gate_evaluator_algebra(a, b):
     conds = [a[0], b[0], f"({a[0]}) or ({b[0]})", f"({a[0]}) and ({b[0]})", f"not ({a[0]})"]

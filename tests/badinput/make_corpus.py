@@ -176,15 +176,15 @@ def build_wheels(dest: Path) -> list[Bad]:
     at = zi.header_offset + 30 + len(zi.filename) + len(zi.extra) + zi.compress_size // 2
     raw[at : at + 4] = bytes(0xFF ^ b for b in raw[at : at + 4])
     whl("corrupt-1.0-py3-none-any.whl", bytes(raw), "a damaged member (bad deflate data / CRC)", "corrupt-member")
-    # zip bomb: 1 GiB of zeros in ~1 MB (a deflate chunk repeated, see _zeros_member)
+    # zip bomb: 256 MiB of zeros in ~256 KB (a deflate chunk repeated, see _add_zeros_member)
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
         z.writestr("bombwhl/__init__.py", "")
         z.writestr("bombwhl/gate.py", GOOD_MODULE)
         z.writestr("bombwhl-1.0.dist-info/METADATA", _meta("bombwhl"))
         z.writestr("bombwhl-1.0.dist-info/RECORD", "bombwhl/__init__.py,,\nbombwhl/gate.py,,\nbombwhl/bomb.py,,\n")
-    _add_zeros_member(buf, "bombwhl/bomb.py", 1024)
-    whl("bomb-1.0-py3-none-any.whl", buf.getvalue(), "zip bomb (1 GiB from ~1 MB)", "too-large")
+    _add_zeros_member(buf, "bombwhl/bomb.py", 256)
+    whl("bomb-1.0-py3-none-any.whl", buf.getvalue(), "zip bomb (256 MiB from ~256 KB)", "too-large")
     # a bomb that lies: the header claims 10 bytes, the stream inflates to 50 MB
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
