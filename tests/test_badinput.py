@@ -420,3 +420,21 @@ def test_broken_jit_source_makes_the_verdict_unresolved(tmp_path, reg):
     assert got[("kernlib/gemm.py", 6)] == ("unresolved", why)
     assert got[("kernlib/jit/modules.py", 18)] == ("unresolved", why)
     assert got[("kernlib/jit/modules.py", 23)][0] == "software-only"  # other modules unaffected
+
+
+def test_memory_stays_bounded_on_huge_inputs(wheels, tmp_path):
+    import tracemalloc
+
+    with open(tmp_path / "huge.py", "wb") as f:
+        f.write(make_corpus.TRIGGER.encode())
+        f.truncate(50 << 20)  # sparse: 50 MB on paper
+    tracemalloc.start()
+    try:
+        res = scan(tmp_path)
+        res_w = scan(wheels / "bomb-1.0-py3-none-any.whl")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert [(d.path, d.kind) for d in res.diagnostics] == [("huge.py", "too-large")]
+    assert ("bombwhl/bomb.py", "too-large") in {(d.path, d.kind) for d in res_w.diagnostics}
+    assert peak < 16 << 20, peak  # neither the 50 MB file nor the 256 MiB member was loaded
