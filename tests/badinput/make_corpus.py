@@ -20,8 +20,10 @@ import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-# Enough to make a bad file one the gate finder must read (a capability query).
-TRIGGER = "import torch\n\n\ndef probe():\n    return torch.cuda.get_device_capability()[0] >= 9\n"
+# Enough to make a bad file one the gate finder must read (a capability query). The predicate's
+# name must not occur in real packages: the gate finder makes every file that mentions the name
+# of an architecture predicate relevant, so a common name ("probe") changes what it evaluates there.
+TRIGGER = "import torch\n\n\ndef _badinput_cap_probe():\n    return torch.cuda.get_device_capability()[0] >= 9\n"
 
 HUGE_BYTES = 50 * 1024 * 1024
 DEEP = 20_000
@@ -53,7 +55,7 @@ def build_tree(dest: Path, huge: bool = True) -> list[Bad]:
 
     _w(pkg / "__init__.py", "")
     py("syntax_error.py", TRIGGER + "\ndef broken(:\n    return (1,\n", "Python syntax errors", "syntax-error")
-    py("py2.py", TRIGGER + '\nprint "capability", probe()\nexec "x = 1"\n', "Python 2 code (print/exec statements)",
+    py("py2.py", TRIGGER + '\nprint "capability", _badinput_cap_probe()\nexec "x = 1"\n', "Python 2 code (print/exec statements)",
        "syntax-error")
     # 8-column tabs and spaces that line up for tree-sitter but not for CPython (TabError)
     py("tabs.py", "import torch\n\ndef f():\n\tif torch.cuda.get_device_capability()[0] >= 9:\n        return 1\n\treturn 2\n",
@@ -66,9 +68,9 @@ def build_tree(dest: Path, huge: bool = True) -> list[Bad]:
         line = b"x_%08d = torch.cuda.get_device_capability()\n"
         chunk = b"".join(line % j for j in range(1000))
         py("huge.py", b"import torch\n" + chunk * (HUGE_BYTES // len(chunk) + 1), "a 50 MB generated .py", "too-large")
-    py("deep_expr.py", TRIGGER + "\nx = " + "(" * DEEP + "probe()" + ")" * DEEP + "\n",
+    py("deep_expr.py", TRIGGER + "\nx = " + "(" * DEEP + "_badinput_cap_probe()" + ")" * DEEP + "\n",
        f"a {DEEP}-deep nested expression", "syntax-error")
-    deep_if = TRIGGER + "".join(" " * i + "if probe():\n" for i in range(DEEP // 20)) + " " * (DEEP // 20) + "pass\n"
+    deep_if = TRIGGER + "".join(" " * i + "if _badinput_cap_probe():\n" for i in range(DEEP // 20)) + " " * (DEEP // 20) + "pass\n"
     py("deep_blocks.py", deep_if, f"{DEEP // 20} nested if statements", "syntax-error")
     py("empty.py", b"", "an empty file (valid Python)", None)
 
