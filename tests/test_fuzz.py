@@ -317,3 +317,16 @@ def test_cuda_lexer_and_preprocessor_never_raise(parts):
     assert res.prediction in ("builds", "fails", "stub", "unknown")
     if res.prediction != "unknown":
         assert not [d for d in res.diagnostics if d.kind in ("unbalanced-conditional", "binary-file", "include-cycle")]
+
+
+@pytest.mark.parametrize("text", ["(" * 900 + "1" + ")" * 900, "!" * 1900 + "1", "1 ? " * 600 + "1" + " : 0" * 600,
+                                  "-" * 1900 + "1", "F(" * 900 + "1" + ")" * 900, "1 + " * 5000 + "1"])
+def test_preproc_deep_or_long_conditions_are_undecided_not_errors(text):
+    # found by bench/fuzz.py: these recursed until RecursionError
+    pp = _pp("sm_120f")
+    pp.evaluate("1")
+    from archaudit.cuda.preproc import Macro, tokenize
+
+    pp.macros["F"] = Macro(("x",), tokenize("x"), True, False, "x")
+    assert pp.evaluate(text) == (None, False)
+    assert pp._budget_hit

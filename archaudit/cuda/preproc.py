@@ -295,6 +295,13 @@ _BINARY_PREC = {
 }
 
 
+# Nesting of one #if expression (parentheses, unary operators, ternaries) the recursive evaluator
+# follows; deeper is left undecided with an "expression-depth" diagnostic (real code: < 20).
+MAX_EXPR_DEPTH = 256
+# #if arithmetic is intmax_t/uintmax_t: results outside 64 bits are unknown, not Python bigints
+_INT_MIN, _INT_END = -(1 << 63), 1 << 64
+
+
 class _Parser:
     """Pratt evaluator over expanded tokens; values are int or None (unknown)."""
 
@@ -303,6 +310,8 @@ class _Parser:
         self.n = len(toks)
         self.i = 0
         self.ok = True
+        self.depth = 0
+        self.too_deep = False
 
     def parse(self):
         v = self.expr(0)
@@ -311,6 +320,18 @@ class _Parser:
         return v
 
     def expr(self, min_prec: int):
+        self.depth += 1
+        try:
+            if self.depth > MAX_EXPR_DEPTH:
+                self.ok = False
+                self.too_deep = True
+                self.i = self.n
+                return None
+            return self._expr(min_prec)
+        finally:
+            self.depth -= 1
+
+    def _expr(self, min_prec: int):
         left = self.unary()
         toks = self.toks
         while self.i < self.n:
@@ -341,6 +362,18 @@ class _Parser:
         return left
 
     def unary(self):
+        self.depth += 1
+        try:
+            if self.depth > MAX_EXPR_DEPTH:
+                self.ok = False
+                self.too_deep = True
+                self.i = self.n
+                return None
+            return self._unary()
+        finally:
+            self.depth -= 1
+
+    def _unary(self):
         if self.i >= self.n:
             self.ok = False
             return None
@@ -405,18 +438,24 @@ def _apply(op, a, b):
         if op == ">>":
             return a >> b if 0 <= b < 64 else None
         if op == "+":
-            return a + b
+            return _fit(a + b)
         if op == "-":
-            return a - b
+            return _fit(a - b)
         if op == "*":
-            return a * b
-        if op == "/":
-            return None if b == 0 else int(a / b)
-        if op == "%":
-            return None if b == 0 else a - b * int(a / b)
+            return _fit(a * b)
+        if op in ("/", "%"):
+            if b == 0:
+                return None
+            q = abs(a) // abs(b)  # C truncates toward zero; exact, unlike a float division
+            q = q if (a >= 0) == (b >= 0) else -q
+            return _fit(q) if op == "/" else _fit(a - b * q)
     except (OverflowError, ValueError):
         return None
     return None
+
+
+def _fit(v: int) -> int | None:
+    return v if _INT_MIN <= v < _INT_END else None
 
 
 # --- macro table -------------------------------------------------------------------------------
@@ -611,6 +650,13 @@ def parse_define_flags(flags) -> dict[str, str]:
 # Tokens one macro expansion may produce before the expression is given up as UNKNOWN (with an
 # "expansion-limit" diagnostic): self-doubling macros reach 2**64 tokens.
 MAX_EXPANSION_STEPS = 20000
+# Tokens of one #if line before expansion (real conditions have < 200).
+MAX_IF_TOKENS = 2000
+# Macro calls nested in macro arguments, F(G(H(...))): argument pre-expansion recurses per level
+# (real code: < 10).
+MAX_ARG_NESTING = 32
+_EXPANSION_MSG = (f"#if longer than {MAX_IF_TOKENS} tokens, or its macro expansion exceeded {MAX_EXPANSION_STEPS} "
+                  f"tokens or {MAX_ARG_NESTING} nested macro arguments; condition left undecided")
 
 
 class Preprocessor:
@@ -652,6 +698,7 @@ class Preprocessor:
         self._stack: list[str] = []
         self._taint = False
         self._budget_hit = False
+        self._arg_depth = 0
 
     # -- policy for names no #define reached
     def undefined_policy(self, name: str):
@@ -682,7 +729,7 @@ class Preprocessor:
         while work:
             steps += 1
             if steps > MAX_EXPANSION_STEPS:
-                self._budget_hit = True
+                self._budget_hit = _EXPANSION_MSG
                 return [_UNKNOWN]  # runaway expansion: give up on this expression
             t, hs = work.popleft()
             if not isinstance(t, str):
@@ -827,12 +874,17 @@ class Preprocessor:
     def _expand_tokens_keep(self, arg: list) -> list:
         # Expanded argument tokens: strings stay strings (leftover identifiers must remain
         # identifiers, e.g. a function-like macro name awaiting its '(' from the body).
+        if self._arg_depth >= MAX_ARG_NESTING:  # F(F(F(...))): each level recurses here
+            self._budget_hit = _EXPANSION_MSG
+            return [_UNKNOWN]
         saved = self._taint
         toks = [t for t, _ in arg]
         hide = frozenset().union(*[h for _, h in arg]) if arg else frozenset()
-        res = []
-        for t in self._expand_keep_names(toks, hide):
-            res.append(t)
+        self._arg_depth += 1
+        try:
+            res = list(self._expand_keep_names(toks, hide))
+        finally:
+            self._arg_depth -= 1
         self._taint = self._taint or saved
         return res
 
@@ -845,7 +897,7 @@ class Preprocessor:
         while work:
             steps += 1
             if steps > MAX_EXPANSION_STEPS:
-                self._budget_hit = True
+                self._budget_hit = _EXPANSION_MSG
                 return [_UNKNOWN]
             t, hs = work.popleft()
             if not isinstance(t, str) or not (t[0].isalpha() or t[0] == "_") or t == "defined":
@@ -921,6 +973,7 @@ class Preprocessor:
         Results are cached by text together with every macro the evaluation looked up (and the
         policy answer for names that were undefined): a later evaluation with the same lookups
         gives the same answer, which makes the thousands of repeated library conditions cheap."""
+        self._budget_hit = False
         simple = _simple_defined(text)
         if simple is not None:
             self._taint = False
@@ -933,6 +986,7 @@ class Preprocessor:
             for reads, result in entries:
                 if self._reads_valid(reads):
                     self._taint = result[1]
+                    self._budget_hit = result[3]  # reported again for this walk
                     if result[2]:
                         for n, c in result[2].items():
                             self.res.unknown_names[n] = self.res.unknown_names.get(n, 0) + c
@@ -941,11 +995,9 @@ class Preprocessor:
         before = dict(self.res.unknown_names) if self.res.unknown_names else {}
         self._budget_hit = False
         val, taint = self._evaluate(text)
-        if self._budget_hit:
-            return val, taint  # not cached: every TU that meets it must report it
         unk = {n: c - before.get(n, 0) for n, c in self.res.unknown_names.items() if c != before.get(n, 0)}
         reads = tuple((n, _mkey(m), (n in self.shadow), (self.undefined_policy(n) if m is None else 0)) for n, m in self._reads.items())
-        self._eval_cache.setdefault(text, []).append((reads, (val, taint, unk)))
+        self._eval_cache.setdefault(text, []).append((reads, (val, taint, unk, self._budget_hit)))
         return val, taint
 
     def _reads_valid(self, reads) -> bool:
@@ -967,9 +1019,15 @@ class Preprocessor:
             if v is None:
                 return None, self._taint
             return (not v) if m.group(1) else bool(v), self._taint
-        toks = self._expand(tokenize(text))
+        raw = tokenize(text)
+        if len(raw) > MAX_IF_TOKENS:
+            self._budget_hit = _EXPANSION_MSG
+            return None, self._taint
+        toks = self._expand(raw)
         p = _Parser(toks)
         v = p.parse()
+        if p.too_deep:
+            self._budget_hit = f"#if expression nested deeper than {MAX_EXPR_DEPTH} levels; condition left undecided"
         if not p.ok:
             return None, self._taint
         return (None if v is None else bool(v)), self._taint
@@ -1091,10 +1149,9 @@ class Preprocessor:
 
     def _check_budget(self, path: str, line: int) -> None:
         if self._budget_hit:
-            self._budget_hit = False
-            self.res.diagnostics.append(Diagnostic(
-                path, "expansion-limit",
-                f"macro expansion exceeded {MAX_EXPANSION_STEPS} tokens; condition left undecided", line))
+            msg, self._budget_hit = self._budget_hit, False
+            kind = "expansion-limit" if msg == _EXPANSION_MSG else "expression-depth"
+            self.res.diagnostics.append(Diagnostic(path, kind, msg, line))
 
     def _include(self, path: str, op: tuple, state, taint: bool) -> None:
         _, line, spelled, angled, is_next, computed = op

@@ -164,8 +164,8 @@ class TuResult:
 
 # Input problems that make any prediction for the TU meaningless: nvcc would reject the file or
 # never finish, or we could not read it as source (see README "Untrusted input").
-INPUT_PROBLEMS = frozenset(("unbalanced-conditional", "include-cycle", "expansion-limit", "binary-file", "too-large",
-                            "not-a-file"))
+INPUT_PROBLEMS = frozenset(("unbalanced-conditional", "include-cycle", "expansion-limit", "expression-depth",
+                            "binary-file", "too-large", "not-a-file"))
 
 
 class FsReader:

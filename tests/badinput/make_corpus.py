@@ -122,6 +122,11 @@ def build_tree(dest: Path, huge: bool = True) -> list[Bad]:
     bomb = "".join(f"#define L{i + 1} L{i} L{i}\n" for i in range(64))
     cu("macro_bomb.cu", "#define L0 1\n" + bomb + "#if L64\n#endif\n__global__ void k() {}\n",
        "exponential macro expansion (2^64 tokens)", "expansion-limit")
+    # found by bench/fuzz.py: the #if evaluator and macro-argument expansion recursed per level
+    cu("deep_if.cu", "#if " + "(" * 600 + "1" + ")" * 600 + " && " + "!" * 300 + "0\n#endif\n__global__ void k() {}\n",
+       "a 600-deep #if expression", "expression-depth")
+    cu("nested_args.cu", "#define F(x) x\n#if " + "F(" * 1000 + "1" + ")" * 1000 + "\n#endif\n__global__ void k() {}\n",
+       "macro calls nested 1000 deep in macro arguments", "expansion-limit")
     rnd = random.Random(8)
     cu("random.cu", bytes(rnd.getrandbits(8) for _ in range(65536)), "64 KiB of random bytes", "binary-file")
     cu("empty.cu", b"", "an empty .cu (valid)", None)
