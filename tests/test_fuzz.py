@@ -330,3 +330,13 @@ def test_preproc_deep_or_long_conditions_are_undecided_not_errors(text):
     pp.macros["F"] = Macro(("x",), tokenize("x"), True, False, "x")
     assert pp.evaluate(text) == (None, False)
     assert pp._budget_hit
+
+
+@pytest.mark.parametrize("text,value", [
+    ("9007199254740993 / 1 == 9007199254740993", True),  # a float division said False
+    ("-7 / 2 == -3", True), ("-7 % 2 == -1", True), ("7 / -2 == -3", True), ("1 / 0", None),
+    ("0xFFFFFFFFFFFFFFFF + 1", None),  # beyond 64 bits: not a Python bigint
+    ("18446744073709551615ULL == 0xFFFFFFFFFFFFFFFF", True),
+])
+def test_preproc_arithmetic_is_exact_64_bit(text, value):
+    assert _pp("sm_90a").evaluate(text)[0] == value
