@@ -442,3 +442,18 @@ def test_memory_stays_bounded_on_huge_inputs(wheels, tmp_path):
     assert [(d.path, d.kind) for d in res.diagnostics] == [("huge.py", "too-large")]
     assert ("bombwhl/bomb.py", "too-large") in {(d.path, d.kind) for d in res_w.diagnostics}
     assert peak < 16 << 20, peak  # neither the 50 MB file nor the 256 MiB member was loaded
+
+
+def test_sarif_lists_every_bad_file_as_a_tool_notification(corpus):
+    from urllib.parse import unquote
+
+    r = CliRunner().invoke(main, ["scan", str(corpus["root"]), "-t", "sm_120", "--format", "sarif"])
+    assert r.exit_code == 0 and "Traceback" not in r.output
+    (run,) = json.loads(r.output)["runs"]
+    got = set()
+    for n in run["invocations"][0]["toolExecutionNotifications"]:
+        if "locations" not in n:  # run-level notes (e.g. files not scanned by design)
+            continue
+        loc = n["locations"][0]["physicalLocation"]
+        got.add((unquote(loc["artifactLocation"]["uri"]), n["descriptor"]["id"], loc.get("region", {}).get("startLine")))
+    assert got == EXPECTED_TREE
