@@ -157,3 +157,10 @@ def test_exports_map_entry_points_to_kernels(project):
         ("norm_kernel", "empty", 7), ("reduce_kernel", "real", None)]
     r90 = analyse(project, "exports_partial.cu", "sm_90a")
     assert [(k.name, k.status) for k in r90.kernels] == [("norm_kernel", "real"), ("reduce_kernel", "real")]
+
+
+def test_error_not_tied_to_the_architecture_is_unknown_not_fails(project):
+    r = analyse(project, "env_error.cu", "sm_120f")
+    assert r.prediction == "unknown"
+    assert r.blocking == []
+    assert "env_error.cu:4 fires on every target" in r.reason

@@ -599,7 +599,15 @@ def _judge(proj: CudaProject, relpath: str, target: CompileTarget, pr: PreprocRe
     # architecture is an environment question (host compiler, toolkit version): noted, not judged.
     for path, line, text, st, tainted in pr.errors:
         fu = FeatureUse(path, line, "#error", "error", f"#error {text}"[:200], [], st is True)
-        if st is True:
+        if st is True and not tainted:
+            # fires whatever the target: the build needs a define this analysis was not given
+            # (sglang's load_jit injects -DSGL_CUDA_ARCH), not an instruction the GPU lacks
+            res.features.append(fu)
+            maybe_blocking.append(fu)
+            fu.certain = False
+            res.diagnostics.append(Diagnostic(path, "error-not-arch", f"#error that does not depend on the "
+                                              f"architecture is active: {text[:120]}", line, "note"))
+        elif st is True:
             res.features.append(fu)
             res.blocking.append(fu)
         elif tainted:
@@ -649,8 +657,13 @@ def _judge(proj: CudaProject, relpath: str, target: CompileTarget, pr: PreprocRe
             res.active_guards.append(Guard(c.path, c.line, c.directive, c.text, c.value, c.state))
 
     # unknown reasons
+    env_errors = {(d.path, d.line) for d in res.diagnostics if d.kind == "error-not-arch"}
     for fu in maybe_blocking:
-        unknowns.append(f"{fu.feature} at {fu.path}:{fu.line} is under a condition that could not be decided")
+        if (fu.path, fu.line) in env_errors:
+            unknowns.append(f"{fu.text[:120]} at {fu.path}:{fu.line} fires on every target: the build needs a "
+                            "define or flag this analysis was not given")
+        else:
+            unknowns.append(f"{fu.feature} at {fu.path}:{fu.line} is under a condition that could not be decided")
     for spelled in dict.fromkeys(pr.unresolved_seen):
         unknowns.append(f"cannot resolve #include {spelled!r}")
     for d in res.diagnostics:
