@@ -58,10 +58,12 @@ class TuCache:
         self._got: dict = {}
 
     def analyse(self, src: str, ct: CompileTarget, roots: Iterable[str] = (), defines: dict | None = None):
-        key = (src, ct.name, tuple(roots), tuple(sorted((defines or {}).items())))
+        arch = str(ct.major * 100 + ct.minor * 10)
+        defines = {k: str(v).replace("{cuda_arch}", arch) for k, v in (defines or {}).items()}
+        key = (src, ct.name, tuple(roots), tuple(sorted(defines.items())))
         r = self._got.get(key)
         if r is None:
-            r = self._got[key] = self.project.analyse_tu(src, ct, list(roots) or None, dict(defines or {}) or None)
+            r = self._got[key] = self.project.analyse_tu(src, ct, list(roots) or None, defines or None)
         return r
 
 
@@ -292,7 +294,18 @@ def _patch_plan(f: Finding, g: Gate, gpu: Gpu, b: Behind, by_place, patcher) -> 
     f.reason += "; patch plan: " + "; ".join(notes)
 
 
-DEVICE_SUFFIXES = (".cu",)
+DEVICE_SUFFIXES = (".cu", ".cuh")  # sglang's load_jit compiles .cuh files given as cuda_files
+
+
+def _injected_defines(rule_id: str) -> dict[str, str]:
+    """Defines a JIT adds on its own (rules/jit.toml `injects_defines`), with {cuda_arch} left for
+    the compile target."""
+    from .ruledata import load_rule
+
+    for r in load_rule("jit").get("sink", []):
+        if r.get("id") == rule_id:
+            return dict(r.get("injects_defines", {}))
+    return {}
 
 
 def behind_from_callgraph(analysis) -> BehindFn:
@@ -305,6 +318,7 @@ def behind_from_callgraph(analysis) -> BehindFn:
             mods = analysis.modules_behind(gate)
         except RecursionError:
             return Behind([], reason="the call graph search went too deep")
+        mods = [bm for bm in mods if _admitted_arm(gate, bm.arm)]
         new_skips = sorted(set(skipped) - before)
         via_config: list[Link] = []
         if not mods:
@@ -336,7 +350,8 @@ def behind_from_callgraph(analysis) -> BehindFn:
             if ref is None:
                 refs[jm.key] = ModuleRef(jm.name, sorted(dict.fromkeys(sources)), list(bm.chain), entry,
                                          sorted(dict.fromkeys(unresolved)), flags_gate=flags_gate,
-                                         host_sources=sorted(dict.fromkeys(host)))
+                                         host_sources=sorted(dict.fromkeys(host)),
+                                         defines=_injected_defines(jm.rule))
             elif ref.entry_points is not None:
                 # reached along several paths: the union of what they call, unknown beats known
                 ref.entry_points = None if entry is None else ref.entry_points | entry
@@ -352,6 +367,17 @@ def behind_from_callgraph(analysis) -> BehindFn:
         return Behind(sorted(refs.values(), key=lambda r: r.name), chain=via_config)
 
     return behind
+
+
+def _admitted_arm(gate: Gate, arm: str) -> bool:
+    """Whether code in this arm of the gate's test is the behaviour the gate admits: the `then`
+    branch of a plain test, the code after `if not ok: raise/return`, never an `else` (that is what
+    the excluded GPUs get). Through callers of a predicate, a truthy result is taken as admitting."""
+    if arm.endswith("else"):
+        return False
+    if arm == "then" and gate.region == "after-early-exit":
+        return False
+    return True
 
 
 def _binary_sinks_in(analysis, functions: set[str]) -> list:
@@ -386,7 +412,7 @@ def _through_config_keys(analysis, gate: Gate):
         return [], []
     keys: dict[str, int] = {}
     for r in analysis.behind.regions(site, ctx):
-        if r.arm == "else":
+        if not _admitted_arm(gate, r.arm):
             continue
         src = r.ctx.mod.parsed.src
         for a, b in r.spans:

@@ -23,6 +23,7 @@ EXPECTED_SM120 = {
     ("servelib/fusion.py", 9): ("software-only", []),
     ("servelib/moe.py", 11): ("software-only", []),
     ("servelib/moe.py", 18): ("software-only", []),
+    ("servelib/moe.py", 33): ("hardware-bound", [("kernlib/data/csrc/hopper_gemm.cu", 4, "ptx.wgmma")]),
 }
 
 
@@ -115,3 +116,8 @@ def test_setting_turned_on_by_a_gate_is_followed_to_its_readers(result):
         ("config", "servelib/moe.py", 19, "config-key"),
         ("region", "servelib/moe.py", 24, "then")]
     assert [m.name for m in f.modules] == ["comm"]
+
+
+def test_else_branch_is_not_what_the_gate_admits(result):
+    f = next(f for f in result.findings if (f.gate.path, f.gate.line) == ("servelib/moe.py", 33))
+    assert [m.name for m in f.modules] == ["hopper_gemm"]  # not `norm` from the else branch
