@@ -28,6 +28,7 @@ CASES = [
     ("atom_use.cu", ("sm_90a", "sm_120f")),
     ("intrinsic.cu", ("sm_80", "sm_90a")),
     ("elif_chain.cu", ("sm_80", "sm_100f")),
+    ("nv_target.cu", ("sm_80", "sm_90a")),
 ]
 
 
