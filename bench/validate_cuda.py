@@ -269,14 +269,28 @@ def classify(rc: int | None, text: str) -> tuple[str, str]:
     return "error", first[:400]
 
 
+def run_group(argv: list[str], timeout: float, workdir: Path) -> tuple[int | None, str]:
+    """Run in its own process group; on timeout end that group (nvcc's cicc/ptxas children too)."""
+    import signal
+
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=str(workdir),
+                         start_new_session=True)
+    try:
+        out, _ = p.communicate(timeout=timeout)
+        return p.returncode, out or ""
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.communicate()
+        return None, ""
+
+
 def run_nvcc(cmd: list[str], timeout: float, nice: int, workdir: Path) -> dict:
     argv = (["nice", "-n", str(nice)] if nice else []) + cmd
     t0 = time.monotonic()
-    try:
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=str(workdir))
-        rc, text = p.returncode, (p.stderr or "") + (p.stdout or "")
-    except subprocess.TimeoutExpired:
-        rc, text = None, ""
+    rc, text = run_group(argv, timeout, workdir)
     wall = time.monotonic() - t0
     outcome, detail = classify(rc, text)
     return {"outcome": outcome, "detail": detail, "wall_s": round(wall, 1), "rc": rc, "log_tail": text[-2000:]}
@@ -319,6 +333,7 @@ class Predictor:
             "kernels": {s: sum(1 for k in res.kernels if k.status == s) for s in ("real", "empty", "trap", "unknown")},
             "empty_kernels": empty[:10],
             "closure": len(res.closure),
+            "closure_bytes": sum(len(self.reader.read(f) or b"") for f in res.closure),
             "wall_s": round(time.monotonic() - t0, 1),
         }
 
@@ -420,8 +435,8 @@ def main(argv=None) -> int:
         preds[(tu.id, t)] = pred.predict(rel, t, NF.defines_of(cmd), tu.includes)
         p = preds[(tu.id, t)]
         print(f"  archaudit {tu.id} {t}: {p['prediction']} ({p['wall_s']} s)", file=sys.stderr, flush=True)
-    # small include closures first: the cheap TUs finish early, the heavy CUTLASS ones last
-    order = sorted(range(len(jobs)), key=lambda i: preds[(jobs[i][0].id, jobs[i][1])].get("closure", 0))
+    # small include closures (bytes) first: the cheap TUs finish early, the heavy CUTLASS ones last
+    order = sorted(range(len(jobs)), key=lambda i: preds[(jobs[i][0].id, jobs[i][1])].get("closure_bytes", 0))
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as ex:
         futs = {i: ex.submit(nvcc_job, jobs[i]) for i in order}
         outs = [futs[i].result() for i in range(len(jobs))]

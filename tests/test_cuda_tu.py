@@ -89,6 +89,19 @@ def test_whole_body_guard_is_an_empty_kernel(project):
     }
 
 
+def test_template_kernel_whose_body_excludes_sm120_is_empty_there(project):
+    # flashinfer 0.6.15 lamport_style_one_shot_all_reduce_norm_kernel: launched on every GPU,
+    # empty on sm_120 (body under __CUDA_ARCH__ >= 900 && < 1200); a guarded call alone is not
+    assert statuses(analyse(project, "lamport_guard.cu", "sm_120f")) == {
+        ("lamport_norm_kernel", "lamport_guard.cu", 10): ("empty", 12),
+        ("plain_norm_kernel", "lamport_guard.cu", 18): ("real", None),
+    }
+    res = analyse(project, "lamport_guard.cu", "sm_120f")
+    assert (res.prediction, res.stubs[0].kind, res.stubs[0].guard_line) == ("stub", "empty-kernel", 12)
+    for t in ("sm_90a", "sm_100f"):
+        assert {k.status for k in analyse(project, "lamport_guard.cu", t).kernels} == {"real"}
+
+
 def test_partial_module_names_trap_and_real_kernels(project):
     res = analyse(project, "family_trap.cu", "sm_120f")
     assert statuses(res) == {
