@@ -355,6 +355,7 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per nvcc run (default 600)")
     ap.add_argument("-j", "--jobs", type=int, default=1, help="parallel nvcc runs (default 1)")
     ap.add_argument("-k", "--select", default="", help="only TUs whose id or area contains this")
+    ap.add_argument("-x", "--exclude", action="append", default=[], help="skip TUs whose id contains this (repeatable)")
     ap.add_argument("--nice", type=int, default=10)
     ap.add_argument("--no-nvcc", action="store_true", help="predictions only (uses cached nvcc results if any)")
     ap.add_argument("--no-cache", action="store_true", help="recompile even if a cached nvcc result exists")
@@ -371,7 +372,8 @@ def main(argv=None) -> int:
         if ruleset.target_by_name(t) is None:
             print(f"error: unknown compile target {t!r}", file=sys.stderr)
             return 2
-    tus = [t for t in _tus() if not args.select or args.select in t.id or args.select in t.area]
+    tus = [t for t in _tus() if (not args.select or args.select in t.id or args.select in t.area)
+           and not any(x in t.id for x in args.exclude)]
     if not tus:
         print("error: no TU selected", file=sys.stderr)
         return 2
