@@ -209,38 +209,97 @@ class Registry:
         return frozenset(g.name for g in self.gpus if g.major in ms)
 
 
-_GENCODE_RE = re.compile(
-    r"(?:-gencode[= ]?)?arch=compute_(\d+)([af]?),code=\[?([a-z_0-9,]+)\]?"
-    r"|-arch[= ]?(sm|compute)_(\d+)([af]?)"
-    r"|--gpu-architecture[= ]?(sm|compute)_(\d+)([af]?)"
-)
-
-
 def _split_cc(digits: str) -> tuple[int, int]:
     return int(digits[:-1]), int(digits[-1])
 
 
-def admits_of_nvcc_flags(reg: Registry, flags: list[str]) -> ArchSet | None:
-    """GPUs that can run what these nvcc flags produce, or None if no target flag is present."""
-    found = False
-    out: set[str] = set()
-    for flag in flags:
-        for m in _GENCODE_RE.finditer(flag):
-            found = True
-            if m.group(1):
-                for code in m.group(3).split(","):
-                    cm = re.fullmatch(r"(sm|compute)_(\d+)([af]?)", code)
-                    if not cm:
-                        continue
-                    maj, mi = _split_cc(cm.group(2))
-                    out |= reg.runs_on(CompileTarget(maj, mi, cm.group(3)), ptx=cm.group(1) == "compute")
+_CODE_RE = re.compile(r"(sm|compute)_(\d{2,3})([af]?)$")
+_GENCODE_VALUE = re.compile(r"arch=compute_\d{2,3}[af]?,code=\[?([a-z_0-9,]+)\]?$")
+_FLAG_RE = re.compile(r"^(-gencode|--generate-code|-arch|--gpu-architecture|-code|--gpu-code)(?:[= ](.*))?$")
+
+
+def _image(code: str) -> tuple[str, CompileTarget] | None:
+    m = _CODE_RE.match(code.strip())
+    if not m:
+        return None
+    maj, mi = _split_cc(m.group(2))
+    return ("sass" if m.group(1) == "sm" else "ptx", CompileTarget(maj, mi, m.group(3)))
+
+
+def nvcc_images(flags: list[str]) -> list[tuple[str, CompileTarget]] | None:
+    """The images ("sass" | "ptx", target) nvcc 13 embeds in the fatbinary for these flags, in
+    order; None when no target flag is present or one cannot be read statically (-arch=native,
+    all, all-major, a value that is not a literal).
+
+    Checked against `nvcc --dryrun` (its fatbinary --image3 list) and `cuobjdump --list-elf
+    --list-ptx` (tests/test_targets.py):
+      -gencode=arch=compute_V,code=X[,Y]  exactly the code list (sm_* SASS, compute_* PTX)
+      -arch=compute_V -code=X[,Y]         exactly the code list
+      -arch=sm_XY                         SASS sm_XY + PTX compute_XY
+      -arch=sm_XYa / -arch=sm_XYf         generic PTX compute_XY + SASS sm_XYa/f + PTX compute_XYa/f
+      -arch=compute_XY[a|f]               generic PTX compute_XY (+ PTX compute_XYa/f)
+    The shorthand's generic PTX is what the driver can JIT for any later GPU.
+    """
+    toks: list[tuple[str, str]] = []
+    it = iter(flags)
+    for f in it:
+        m = _FLAG_RE.match(f.strip())
+        if not m:
+            continue
+        val = m.group(2)
+        if val is None:  # "-arch", "sm_90a" as two arguments
+            val = next(it, "")
+        toks.append((m.group(1), val.strip()))
+    if not toks:
+        return None
+    images: list[tuple[str, CompileTarget]] = []
+    codes = [v for k, v in toks if k in ("-code", "--gpu-code")]
+    for kind, val in toks:
+        if kind in ("-gencode", "--generate-code"):
+            m = _GENCODE_VALUE.match(val)
+            if not m:
+                return None
+            for code in m.group(1).split(","):
+                img = _image(code)
+                if img is None:
+                    return None
+                images.append(img)
+        elif kind in ("-arch", "--gpu-architecture"):
+            img = _image(val)
+            if img is None:
+                return None  # native, all, all-major, or not a literal
+            if codes:
+                continue  # -arch names the virtual architecture; -code lists what is embedded
+            k, t = img
+            generic = CompileTarget(t.major, t.minor, "")
+            if k == "sass":
+                if t.variant:
+                    images += [("ptx", generic), ("sass", t), ("ptx", t)]
+                else:
+                    images += [("sass", t), ("ptx", t)]
             else:
-                kind, digits, var = (m.group(4), m.group(5), m.group(6)) if m.group(4) else (m.group(7), m.group(8), m.group(9))
-                maj, mi = _split_cc(digits)
-                ct = CompileTarget(maj, mi, var)
-                # -arch=sm_XY embeds SASS for XY and PTX for compute_XY
-                out |= reg.runs_on(ct, ptx=True)
-    return frozenset(out) if found else None
+                images.append(("ptx", generic))
+                if t.variant:
+                    images.append(("ptx", t))
+    for val in codes:
+        for code in val.split(","):
+            img = _image(code)
+            if img is None:
+                return None
+            images.append(img)
+    return images
+
+
+def admits_of_nvcc_flags(reg: Registry, flags: list[str]) -> ArchSet | None:
+    """GPUs that can run what these nvcc flags produce (see `nvcc_images`; each image runs where
+    `Registry.runs_on` says), or None if no target flag is present or it cannot be read."""
+    images = nvcc_images(flags)
+    if images is None:
+        return None
+    out: set[str] = set()
+    for kind, t in images:
+        out |= reg.runs_on(t, ptx=kind == "ptx")
+    return frozenset(out)
 
 
 _ARCH_LIST_ITEM = re.compile(r"^(\d{1,2})\.(\d)([af]?)(\+PTX)?$", re.I)

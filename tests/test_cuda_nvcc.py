@@ -28,6 +28,8 @@ CASES = [
     ("atom_use.cu", ("sm_90a", "sm_120f")),
     ("intrinsic.cu", ("sm_80", "sm_90a")),
     ("elif_chain.cu", ("sm_80", "sm_100f")),
+    ("nv_target.cu", ("sm_80", "sm_90a")),
+    ("lamport_guard.cu", ("sm_90a", "sm_120f")),
 ]
 
 
@@ -60,3 +62,29 @@ def test_fixture_predictions_match_nvcc(tmp_path):
     for tu, ts in CASES:
         if tu not in ("unused_code.cu", "template_kernel.cu"):  # both build on purpose
             assert len({preds[(tu, t)] for t in ts}) == 2, tu
+
+
+CENSUS = [("lamport_guard.cu", "sm_120f"), ("lamport_guard.cu", "sm_90a"), ("wgmma_guarded.cu", "sm_120f"),
+          ("family_trap.cu", "sm_120f"), ("macro_chain.cu", "sm_120f")]
+
+
+@pytest.mark.nvcc
+@pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH")
+def test_kernel_census_matches_per_kernel_status(tmp_path):
+    """bench/kernel_census.py's reading of nvcc's PTX (.entry body: only ret -> empty, only trap ->
+    trap) agrees with archaudit's kernel statuses on the fixtures."""
+    import kernel_census as K
+
+    proj = CudaProject(FsReader(str(FIX)), [""], {})
+    for tu, t in CENSUS:
+        out = tmp_path / f"{tu}.{t}.ptx"
+        code = t[3:]
+        subprocess.run([NVCC, "--ptx", f"-gencode=arch=compute_{code},code=sm_{code}", "-o", str(out), str(FIX / tu)],
+                       check=True, capture_output=True, timeout=120)
+        entries = K.parse_ptx(out.read_text())
+        dm = K.demangle([e["mangled"] for e in entries])
+        ptx = {}
+        for e in entries:
+            ptx.setdefault(K.family(dm[e["mangled"]]), set()).add(e["status"])
+        got = {k.name: {k.status} for k in proj.analyse_tu(tu, ruleset.target_by_name(t)).kernels}
+        assert got == ptx, (tu, t)

@@ -50,6 +50,11 @@ EXPECTED = {
     ("elif_chain.cu", "sm_100f"): ("builds", None),
     ("elif_chain.cu", "sm_120f"): ("builds", None),
     ("cycle/main.cu", "sm_120f"): ("unknown", None),
+    # <nv/target> branches are preprocessor regions: sm_100 asm in an NV_PROVIDES_SM_100 branch
+    # is not compiled on sm_80; the NV_PROVIDES_SM_90 branch of NV_DISPATCH_TARGET is on sm_90a
+    ("nv_target.cu", "sm_80"): ("builds", None),
+    ("nv_target.cu", "sm_90a"): ("fails", ("ptx.f32x2_arith", "nv_target.cu", 16)),
+    ("nv_target.cu", "sm_100f"): ("builds", None),
 }
 
 
@@ -84,6 +89,19 @@ def test_whole_body_guard_is_an_empty_kernel(project):
     }
 
 
+def test_template_kernel_whose_body_excludes_sm120_is_empty_there(project):
+    # flashinfer 0.6.15 lamport_style_one_shot_all_reduce_norm_kernel: launched on every GPU,
+    # empty on sm_120 (body under __CUDA_ARCH__ >= 900 && < 1200); a guarded call alone is not
+    assert statuses(analyse(project, "lamport_guard.cu", "sm_120f")) == {
+        ("lamport_norm_kernel", "lamport_guard.cu", 10): ("empty", 12),
+        ("plain_norm_kernel", "lamport_guard.cu", 18): ("real", None),
+    }
+    res = analyse(project, "lamport_guard.cu", "sm_120f")
+    assert (res.prediction, res.stubs[0].kind, res.stubs[0].guard_line) == ("stub", "empty-kernel", 12)
+    for t in ("sm_90a", "sm_100f"):
+        assert {k.status for k in analyse(project, "lamport_guard.cu", t).kernels} == {"real"}
+
+
 def test_partial_module_names_trap_and_real_kernels(project):
     res = analyse(project, "family_trap.cu", "sm_120f")
     assert statuses(res) == {
@@ -101,6 +119,36 @@ def test_template_kernel_is_listed_only_when_instantiated(project):
     assert not any(f.feature == "ptx.wgmma" for f in res.features)  # guarded away on sm_120f
     feats90 = {(f.feature, f.line) for f in analyse(project, "template_kernel.cu", "sm_90a").features}
     assert ("ptx.wgmma", 12) in feats90
+
+
+def test_nv_target_branches_are_regions(project):
+    from archaudit.cuda.preproc import nv_query_condition
+
+    ff = project.facts("nv_target.cu")
+    conds = {ff.program.region_line[r]: c for r, c in enumerate(ff.program.region_cond) if r}
+    assert conds == {
+        7: "(defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000)",
+        10: "",  # the else branch of NV_IF_ELSE_TARGET
+        15: "(defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 800)",
+        16: "(defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900)",
+        21: "defined(__CUDA_ARCH__)",
+    }
+    feats = {t: [(f.feature, f.line) for f in analyse(project, "nv_target.cu", t).features] for t in ("sm_80", "sm_100f")}
+    assert feats == {"sm_80": [], "sm_100f": [("ptx.f32x2_arith", 8), ("ptx.f32x2_arith", 16)]}
+    assert nv_query_condition("NV_HAS_FEATURE_SM_100f") == (
+        "(defined(__CUDA_ARCH_FAMILY_SPECIFIC__) && __CUDA_ARCH_FAMILY_SPECIFIC__ >= 1000 && __CUDA_ARCH_FAMILY_SPECIFIC__ < (1000 / 100 + 1) * 100)")
+    assert nv_query_condition("MY_OWN_QUERY") == "__archaudit_unknown_value__"  # undecided, never guessed
+
+
+def test_nv_target_family_and_arch_specific_queries(tmp_path):
+    (tmp_path / "q.cu").write_text(
+        "#include <nv/target>\n__global__ void k(int* o) {\n"
+        "  NV_IF_TARGET(NV_HAS_FEATURE_SM_100f, (asm volatile(\"tcgen05.fence::before_thread_sync;\");))\n"
+        "  NV_IF_TARGET(NV_HAS_FEATURE_SM_90a, (asm volatile(\"wgmma.fence.sync.aligned;\");))\n  o[0] = 1;\n}\n")
+    proj = CudaProject(FsReader(str(tmp_path)), [""], {})
+    lines = {t: sorted(f.line for f in proj.analyse_tu("q.cu", ruleset.target_by_name(t)).features)
+             for t in ("sm_90a", "sm_100f", "sm_103f", "sm_120f", "sm_90")}
+    assert lines == {"sm_90a": [4], "sm_100f": [3], "sm_103f": [3], "sm_120f": [], "sm_90": []}
 
 
 def test_unused_code_is_not_needed(project):

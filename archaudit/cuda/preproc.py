@@ -20,6 +20,7 @@ Conditions are "arch-tainted" when their value depends on the architecture: they
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -96,6 +97,123 @@ class Program:
         return self.region_at[i] if i >= 0 else 0
 
 
+_NV_DISPATCH = re.compile(r"\b(NV_IF_TARGET|NV_IF_ELSE_TARGET|NV_DISPATCH_TARGET)\s*\(")
+
+
+@lru_cache(maxsize=1)
+def _nv_queries() -> tuple[tuple[re.Pattern, str], ...]:
+    """rules/macros.toml [nv_target]: query-name pattern -> #if condition template."""
+    from ..ruledata import load_rule
+
+    out = []
+    for name, cond in load_rule("macros").get("nv_target", {}).items():
+        if name == "_comment" or not isinstance(cond, str):
+            continue
+        pat = re.escape(name).replace(re.escape("{N}"), r"(?P<N>\d+)")
+        out.append((re.compile(pat + r"$"), cond))
+    return tuple(out)
+
+
+def nv_query_condition(query: str) -> str:
+    """The #if condition an <nv/target> query (NV_PROVIDES_SM_90, NV_IS_HOST ...) amounts to
+    under nvcc; an unknown query gives a condition the walk cannot decide."""
+    q = query.strip()
+    for pat, cond in _nv_queries():
+        m = pat.match(q)
+        if m:
+            return cond.replace("{N}", m.groupdict().get("N") or "")
+    return _UNKNOWN_VALUE
+
+
+def _close_paren(body: str, open_: int) -> int:
+    """Offset of the ')' matching body[open_] == '(' (literals are blanked in body), or -1."""
+    depth = 0
+    for m in re.finditer(r"[()]", body[open_:]):
+        depth += 1 if m.group() == "(" else -1
+        if depth == 0:
+            return open_ + m.start()
+    return -1
+
+
+def _nv_dispatch_directives(sc: Scan) -> list:
+    """Pseudo-directives for <nv/target>'s NV_IF_TARGET / NV_IF_ELSE_TARGET / NV_DISPATCH_TARGET.
+
+    Under nvcc these macros select their branches in the preprocessor (nv/detail/__target_macros:
+    `_NV_TARGET_IF` pastes the query into `_NV_TARGET_BOOL_...`, 1 or 0 for the pass), so the code
+    of a branch not taken is never compiled, exactly as under `#if`. Each branch becomes a region
+    whose condition is the query's (rules/macros.toml [nv_target]). Invocations that straddle a
+    real conditional directive are left alone."""
+    from ..parsing.cpp import Directive
+
+    body = sc.body
+    if "NV_" not in body:
+        return []
+    dir_starts = [d.start for d in sc.directives]
+    out = []
+    # nested invocations are found in turn: their regions nest inside the enclosing branch
+    for m in _NV_DISPATCH.finditer(body):
+        open_ = m.end() - 1
+        close = _close_paren(body, open_)
+        if close < 0:
+            continue
+        i, j = bisect_left(dir_starts, open_), bisect_left(dir_starts, close)
+        depth = 0
+        ok = True
+        for d in sc.directives[i:j]:
+            if d.name in ("if", "ifdef", "ifndef"):
+                depth += 1
+            elif d.name == "endif":
+                depth -= 1
+                ok = ok and depth >= 0
+            elif d.name in ("elif", "else", "elifdef", "elifndef") and depth == 0:
+                ok = False
+        if not ok or depth != 0:
+            continue
+        # arguments: query, (code), [query, (code)] ... ; NV_IF_TARGET(q, (t)[, (f)])
+        args = []
+        k = open_ + 1
+        while k < close:
+            while k < close and body[k] in " \t\r\n,":
+                k += 1
+            if k >= close:
+                break
+            if body[k] == "(":
+                e = _close_paren(body, k)
+                if e < 0 or e > close:
+                    args = None
+                    break
+                args.append(("code", k, e))
+                k = e + 1
+            else:
+                e = k
+                while e < close and body[e] not in ",(":
+                    e += 1
+                args.append(("query", k, e))
+                k = e
+        if not args:
+            continue
+        kinds = [a[0] for a in args]
+        if m.group(1) == "NV_DISPATCH_TARGET":
+            ok = len(args) % 2 == 0 and all(kinds[x] == "query" and kinds[x + 1] == "code" for x in range(0, len(args), 2))
+            branches = [(body[args[x][1]:args[x][2]], args[x + 1]) for x in range(0, len(args), 2)] if ok else []
+        else:
+            ok = kinds in (["query", "code"], ["query", "code", "code"])
+            branches = [(body[args[0][1]:args[0][2]], args[1])] if ok else []
+            if ok and len(args) == 3:
+                branches.append((None, args[2]))
+        if not branches:
+            continue
+        for n, (query, (_, b0, b1)) in enumerate(branches):
+            line = sc.line_of(b0)
+            if query is None:
+                out.append(Directive(line, b0, b0 + 1, "else", ""))
+            else:
+                out.append(Directive(line, b0, b0 + 1, "if" if n == 0 else "elif", nv_query_condition(query)))
+        last_end = branches[-1][1][2]
+        out.append(Directive(sc.line_of(last_end), last_end, last_end, "endif", ""))
+    return out
+
+
 def build_program(sc: Scan) -> Program:
     ops: list[tuple] = []
     parent = [0]
@@ -107,7 +225,11 @@ def build_program(sc: Scan) -> Program:
     opened: list[tuple[int, bool]] = []  # (line of the #if, #else seen) per open group
     problems: list[tuple[int, str]] = []
     cur = 0
-    for d in sc.directives:
+    directives = sc.directives
+    nv = _nv_dispatch_directives(sc)
+    if nv:
+        directives = sorted(list(directives) + nv, key=lambda d: d.start)
+    for d in directives:
         name, text, line = d.name, d.text, d.line
         if name in ("if", "ifdef", "ifndef"):
             cond = text if name == "if" else (f"defined({_first_word(text)})" if name == "ifdef" else f"!defined({_first_word(text)})")
