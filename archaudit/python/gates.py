@@ -54,21 +54,31 @@ def find_python_gates(source: Source, index: Index, reg: Registry, package_of, p
             v = idents[m] = frozenset(_IDENT.findall(index.source_bytes(m)))
         return v
 
-    def matches(data: bytes, start: int = 0, end: int | None = None, ids=None) -> bool:
-        end = len(data) if end is None else end
-        if triggers.search(data, start, end):
+    # Whether a module's bytes hold a trigger never changes: test each file once, not once a
+    # round. A function's span can only match if its module does, and can only name one of
+    # `names` if its module does (a def starts and ends on token boundaries), so those spans are
+    # not searched at all.
+    trig: dict[str, bool] = {}
+
+    def module_trig(m: str) -> bool:
+        v = trig.get(m)
+        if v is None:
+            v = trig[m] = triggers.search(index.source_bytes(m)) is not None
+        return v
+
+    def matches(data: bytes, start: int, end: int, mod_trig: bool, mod_names: bool) -> bool:
+        if mod_trig and triggers.search(data, start, end):
             return True
-        if not names_b:
+        if not mod_names:
             return False
-        ids = ids if ids is not None else frozenset(_IDENT.findall(data, start, end))
-        return not names_b.isdisjoint(ids)
+        return not names_b.isdisjoint(frozenset(_IDENT.findall(data, start, end)))
 
     names_b: set[bytes] = set()
     while True:
         scan.rounds += 1
         new_rel = {
             m for m in modules
-            if m not in relevant and (triggers.search(index.source_bytes(m)) or (names_b and not names_b.isdisjoint(module_idents(m))))
+            if m not in relevant and (module_trig(m) or (names_b and not names_b.isdisjoint(module_idents(m))))
         }
         redo = set(interp.invalidate(new_rel)) if new_rel and scan.rounds > 1 else set()
         relevant |= new_rel
@@ -81,8 +91,12 @@ def find_python_gates(source: Source, index: Index, reg: Registry, package_of, p
             if modname in new_rel:
                 todo.append((modname, None))
             src = mod.parsed.src
+            mt = module_trig(modname)
+            mn = bool(names_b) and not names_b.isdisjoint(module_idents(modname))
+            if not (mt or mn):
+                continue
             for qual, node in mod.functions.items():
-                if (modname, qual) not in reported and matches(src, node.sb, node.eb):
+                if (modname, qual) not in reported and matches(src, node.sb, node.eb, mt, mn):
                     todo.append((modname, qual))
         for i, (modname, qual) in enumerate(todo):
             if progress and i % 50 == 0:
