@@ -46,6 +46,10 @@ class _Reader:
         except (OSError, SourceError):
             return False
 
+# Source bytes whose IR may be held at once (the IR is ~20x the source); evicted modules are
+# parsed again when needed. 32 MB keeps the flashinfer+sglang scan near 1.5 GB peak RSS.
+IR_BUDGET = int(os.environ.get("ARCHAUDIT_IR_BUDGET_MB", "32")) * 1024 * 1024
+
 
 @dataclass
 class ScanResult:
@@ -59,6 +63,7 @@ class ScanResult:
     stats: dict = field(default_factory=dict)
     # how the result was obtained: {"mode": "off"|"miss"|"hit"|"cutoff", files hashed/reused, ...}
     cache: dict = field(default_factory=dict)
+    work: dict = field(default_factory=dict)  # effort counters (parses incl. re-parses), not part of the report
 
 
 def package_resolver(source: Source, dists: list[Distribution]) -> Callable[[str], str | None]:
@@ -166,6 +171,7 @@ def scan(path, targets: list[TargetRequest] | None = None, reg: Registry | None 
     # in site-packages and wheels, a file's path is its module name (namespace packages included)
     path_based = bool(dists) or isinstance(source, WheelSource)
     index = Index(source, py_files, path_based=path_based)
+    index.ir_budget = IR_BUDGET if IR_BUDGET > 0 else None
     say(f"evaluating Python gates in {len(py_files)} files")
     gscan = run_with_big_stack(
         lambda: find_python_gates(source, index, reg, package_resolver(source, dists), progress=say, facts=facts)
@@ -207,6 +213,7 @@ def scan(path, targets: list[TargetRequest] | None = None, reg: Registry | None 
         targets=targets,
         stats=stats,
         cache=info,
+        work={"parses": index.parses, "modules_parsed": index.parsed_count},
     )
     if store is not None and fp is not None and _inputs_unchanged(source, fp):
         payload = {"gates": result.gates, "diagnostics": result.diagnostics, "findings": result.findings,

@@ -62,6 +62,7 @@ def find_python_gates(source: Source, index: Index, reg: Registry, package_of, p
     names: set[str] = set()
     scan = GateScan()
     interp = Interp(index, reg)
+    index.on_evict.append(interp.forget_module)
     relevant: set[str] = set()
     reported: set[tuple[str, str | None]] = set()
     triggers = trigger_pattern()
@@ -110,22 +111,25 @@ def find_python_gates(source: Source, index: Index, reg: Registry, package_of, p
         index.full_filter = relevant.__contains__
         todo: list[tuple[str, str | None]] = sorted(redo, key=_owner_key)
         for modname in sorted(relevant):
-            mod = index.module(modname)
+            if modname in index._mods or modname not in index._was_full:
+                mod = index.module(modname)
+            else:  # parsed in full before, then evicted: its spans are known, no need to parse
+                mod = True
             if mod is None:
                 continue
             if modname in new_rel:
                 todo.append((modname, None))
-            src = mod.parsed.src
             mt = module_trig(modname)
             mn = bool(names_b) and not names_b.isdisjoint(module_idents(modname))
             if not (mt or mn):
                 continue
-            for qual, node in mod.functions.items():
-                if (modname, qual) not in reported and matches(src, node.sb, node.eb, mt, mn):
+            src = index.source_bytes(modname)
+            for qual, sb, eb in index.function_spans(modname):
+                if (modname, qual) not in reported and matches(src, sb, eb, mt, mn):
                     todo.append((modname, qual))
         for i, (modname, qual) in enumerate(todo):
             if progress and i % 50 == 0:
-                parsed = sum(1 for m in index._mods.values() if m is not None)
+                parsed = index.parsed_count
                 progress(f"gate round {scan.rounds}: functions evaluated ({parsed} modules parsed)", i, len(todo))
             mod = index.module(modname)
             if mod is None:
@@ -146,7 +150,7 @@ def find_python_gates(source: Source, index: Index, reg: Registry, package_of, p
         names_b = {n.encode() for n in names}
     scan.evaluated_modules = len(relevant)
     scan.evaluated_functions = sum(1 for _m, q in reported if q is not None)
-    scan.parsed_modules = sum(1 for m in index._mods.values() if m is not None)
+    scan.parsed_modules = index.parsed_count
     scan.predicates = sorted(interp.arch_functions)
     scan.names = frozenset(names)
     scan.over_budget = sorted(set(interp.budget_exceeded), key=_owner_key)

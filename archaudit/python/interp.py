@@ -354,6 +354,10 @@ class Interp:
             self._gv_busy = set()
             self._owner = None
 
+    def forget_module(self, modname: str) -> None:
+        """The index dropped this module's IR: drop what was derived from it (rebuilt on demand)."""
+        self._binds.pop(modname, None)
+
     def invalidate(self, modules: set[str]) -> list[tuple[str, str | None]]:
         """Modules became relevant: forget what was computed while they were unanalysed, and
         return the reports that must be redone."""
