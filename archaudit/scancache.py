@@ -125,7 +125,10 @@ def read_in_workers(root: str, todo: list[str], workers: int, want_state: bool, 
         chunks = [todo[i : i + 250] for i in range(0, total, 250)]
         out: list[tuple] = []
         try:
-            ctx = multiprocessing.get_context("spawn")
+            # fork: the workers run one pure function and need nothing re-imported; spawn would
+            # re-run an unguarded __main__ script of a library user in every worker
+            methods = multiprocessing.get_all_start_methods()
+            ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
             with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as ex:
                 n = len(chunks)
                 for part in ex.map(_read_files, [root] * n, chunks, [want_state] * n, [True] * n):

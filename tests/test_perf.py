@@ -70,3 +70,22 @@ def test_progress_is_silent_when_disabled_or_short():
     with scan_progress(con, enabled=True, delay=0) as p:
         p("reading files", 1, 2)
     assert "reading files" in buf.getvalue()
+
+
+def test_workers_from_an_unguarded_script(tmp_path):
+    """A library user's script without `if __name__ == "__main__"` must not be re-run by workers."""
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    script = tmp_path / "s.py"
+    script.write_text(
+        "from archaudit import scancache\n"
+        "scancache.PARALLEL_MIN_BYTES = 0\n"
+        "from archaudit.pipeline import scan\n"
+        f"print(len(scan({str(FIXTURES / 'pygates')!r}, workers=2).gates))\n"
+    )
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                         env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    assert out.stdout.strip() == "21", out.stderr[-800:]
