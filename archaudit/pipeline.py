@@ -184,6 +184,9 @@ def scan(path, targets: list[TargetRequest] | None = None, reg: Registry | None 
     gates = sorted(gscan.gates + cpp_gates, key=Gate.sort_key)
     findings: list[Finding] = []
     patcher = None
+    # the IR memory bound is proven exact for the gate scan only (tests/test_perf.py); the call
+    # graph and the patcher keep their own references to modules, so nothing is evicted now
+    index.ir_budget = None
     if targets:
         findings, patcher = run_with_big_stack(
             lambda: judge_scan(source, files, index, gates, targets, reg, path_based, say))
@@ -278,6 +281,9 @@ def _cutoff(source: Source, fp, prev: dict | None, store: Cache, tnames: list[st
     if payload is None:
         return None
     names = payload["names"]
+    # a patch quotes context lines, which may reach into a file's trailing comments
+    if any(f.patch and p in f.patch for f in payload["findings"] for p in changed):
+        return None
     for p in changed:
         new = source.read(p)
         if new is None or len(new) > MAX_FILE_BYTES:

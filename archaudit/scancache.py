@@ -27,8 +27,6 @@ from dataclasses import dataclass, field
 from .cache import Cache, digest, key_of
 from .sources import MAX_FILE_BYTES, DirSource, Source, WheelSource
 
-# files whose bytes decide the result besides the Python sources: distribution metadata
-_META_NAMES = ("METADATA", "top_level.txt", "RECORD")
 # a stat entry is trusted only for files last modified this long before the snapshot
 RACY_NS = 2_000_000_000
 # hand hashing to worker processes only when there is this much to read
@@ -38,11 +36,10 @@ CUTOFF_MAX_FILES = 16
 
 
 def is_input(path: str) -> bool:
-    """Does the scan's result depend on this file's bytes (not only on its name)?"""
-    if path.endswith((".py", ".pyi")):
-        return True
-    head, _, name = path.rpartition("/")
-    return name in _META_NAMES and head.endswith(".dist-info") and "/" not in head
+    """Does the scan's result depend on this file's bytes (not only on its name)? Every file:
+    Python and metadata for the gates, C/C++/CUDA sources for runtime checks and verdicts,
+    prebuilt binaries for binary-only verdicts."""
+    return True
 
 
 def split_trailer(data: bytes) -> int:

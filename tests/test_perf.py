@@ -49,7 +49,7 @@ def test_cli_cache_and_workers_options(tmp_path, monkeypatch):
         assert r.exit_code == 0, r.output
         outs.append(json.loads(r.output))
     assert all(o["gates"] == outs[0]["gates"] and o["stats"] == outs[0]["stats"] for o in outs)
-    assert len(outs[0]["gates"]) == 21
+    assert len(outs[0]["gates"]) == len(scan(FIXTURES / "pygates").gates) > 0
     assert any(p.name.startswith("scan-") for p in (tmp_path / "c").iterdir())
     r = runner.invoke(main, ["scan", str(tree), "--workers", "0"])
     assert r.exit_code == 2
@@ -88,4 +88,4 @@ def test_workers_from_an_unguarded_script(tmp_path):
     )
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
-    assert out.stdout.strip() == "21", out.stderr[-800:]
+    assert out.stdout.strip() == str(len(scan(FIXTURES / "pygates").gates)), out.stderr[-800:]
