@@ -46,9 +46,10 @@ class _Reader:
         except (OSError, SourceError):
             return False
 
-# Source bytes whose IR may be held at once (the IR is ~20x the source); evicted modules are
-# parsed again when needed. 32 MB keeps the flashinfer+sglang scan near 1.5 GB peak RSS.
-IR_BUDGET = int(os.environ.get("ARCHAUDIT_IR_BUDGET_MB", "32")) * 1024 * 1024
+# Source bytes whose IR may be held at once during the gate scan (the IR is ~20x the source);
+# evicted modules are parsed again when needed. Off by default: on flashinfer+sglang a 32 MB
+# bound re-parsed so often that CPU time doubled (see bench/results/perf.md).
+IR_BUDGET = int(os.environ.get("ARCHAUDIT_IR_BUDGET_MB", "0") or 0) * 1024 * 1024
 
 
 @dataclass
