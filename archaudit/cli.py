@@ -34,7 +34,10 @@ def parse_targets(names: tuple[str, ...]):
 @click.option("-o", "--output", type=click.Path(writable=True), help="Write the report to a file (sarif: a directory gets one file per target).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress output on stderr.")
 @cli_ci.scan_options
-def scan(path, targets, fmt, output, quiet, baseline_file, fail_on, repo_root, sarif_inventory):
+@click.option("--no-cache", is_flag=True, help="Neither read nor write the cache (ARCHAUDIT_CACHE_DIR, default ~/.cache/archaudit).")
+@click.option("--workers", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Processes for reading and prefiltering files (default: the usable cores).")
+def scan(path, targets, fmt, output, quiet, baseline_file, fail_on, repo_root, sarif_inventory, no_cache, workers):
     """Scan a site-packages directory, a source tree or a wheel (default: this Python's site-packages)."""
     from rich.console import Console
 
@@ -48,25 +51,14 @@ def scan(path, targets, fmt, output, quiet, baseline_file, fail_on, repo_root, s
     reqs = ci.targets(parse_targets(targets))
     ci.check(reqs)
     reg = registry()
+    from .progress import scan_progress
+
     err = Console(stderr=True)
-    show = not quiet and err.is_terminal
-    status = err.status("scanning") if show else None
-
-    def progress(msg: str) -> None:
-        if status is not None:
-            status.update(msg)
-
     try:
-        if status is not None:
-            status.start()
-        result = run_scan(path, reqs, reg, progress=progress)
+        with scan_progress(err, enabled=not quiet and err.is_terminal) as progress:
+            result = run_scan(path, reqs, reg, progress=progress, cache=not no_cache, workers=workers)
     except SourceError as e:
-        if status is not None:
-            status.stop()
         raise click.UsageError(str(e)) from None
-    finally:
-        if status is not None:
-            status.stop()
     result = ci.apply(result, reg)  # SARIF is written here
     if fmt == "sarif":
         text = None

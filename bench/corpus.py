@@ -19,6 +19,9 @@ CORPORA: dict[str, list[str]] = {
     "fi072": ["flashinfer-python==0.7.2.post1", "sglang==0.5.23"],
     # the seed case: comm.py still passes supported_major_versions=[9, 10]
     "fi0615": ["flashinfer-python==0.6.15.post1", "sglang==0.5.17"],
+    # the performance benchmark's scaling curve: one package, two, three (vllm: the large case)
+    "fi072only": ["flashinfer-python==0.7.2.post1"],
+    "fi072vllm": ["flashinfer-python==0.7.2.post1", "sglang==0.5.23", "vllm==0.33.0"],
 }
 # pairs of single wheels compared by `archaudit diff` (tests/test_diff.py): adjacent releases where
 # flashinfer/jit/comm.py's gen_trtllm_comm_module goes from supported_major_versions=[9, 10] to
@@ -27,7 +30,9 @@ WHEEL_PAIRS: dict[str, tuple[str, str]] = {
     "comm-sm120": ("flashinfer-python==0.6.16.post4", "flashinfer-python==0.6.17"),
 }
 # sglang ships a binary wheel per Python; ask for one fixed platform so any interpreter gets the same files
-PIP_PLATFORM = ["--python-version", "3.11", "--platform", "manylinux_2_34_x86_64", "--only-binary=:all:"]
+# (pip takes --platform literally: list the older manylinux tags too, vllm ships manylinux_2_28)
+PIP_PLATFORM = ["--python-version", "3.11", "--platform", "manylinux_2_34_x86_64", "--platform", "manylinux_2_28_x86_64",
+                "--platform", "manylinux_2_17_x86_64", "--only-binary=:all:"]
 
 
 def cache_root() -> Path:

@@ -207,10 +207,12 @@ class _Converter:
             self.problems.append((ts.start_point[0] + 1, msg))
 
     def mk(self, k: str, ts, **f) -> N:
-        return N(k, ts.start_point[0] + 1, ts.start_point[1] + 1, ts.start_byte, ts.end_byte, f)
+        row, col = ts.start_point  # one Point, not two: this runs for every IR node
+        return N(k, row + 1, col + 1, ts.start_byte, ts.end_byte, f)
 
     def text(self, ts) -> str:
-        return self.src[ts.start_byte : ts.end_byte].decode("utf-8", "replace")
+        sb, eb = ts.byte_range
+        return self.src[sb:eb].decode("utf-8", "replace")
 
     # ---------------------------------------------------------------- statements
     def block_children(self, ts) -> list[N]:

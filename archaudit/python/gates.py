@@ -7,13 +7,16 @@ Everything else is never parsed (unless the interpreter follows a call or import
 """
 from __future__ import annotations
 
+import pickle
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from ..model import Gate
+from ..ruledata import load_rule
 from ..sources import Source
 from ..targets import Registry
-from .index import Index
+from .index import Index, ModuleInfo, _collect_defs, decode_check
 from .interp import GateRecord, Interp
 
 # Bytes that can start an architecture test in Python source. Deliberately not `sm90` alone:
@@ -27,6 +30,19 @@ TRIGGERS = (
 _IDENT = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
 
 
+@lru_cache(maxsize=1)
+def trigger_pattern() -> re.Pattern:
+    """TRIGGERS plus the JIT flag keywords of rules/gates.toml (as Interp's Rules reads them)."""
+    kws = set(load_rule("gates").get("jit_builders", {}).get("flag_keywords", []))
+    return re.compile(TRIGGERS + b"|" + b"|".join(re.escape(k.encode()) for k in sorted(kws)))
+
+
+def byte_facts(data: bytes) -> tuple[bool, bytes]:
+    """What the prefilter asks of a whole file: does it hold a trigger, and its identifiers
+    (sorted, newline-joined: one compact object to hand between processes)."""
+    return trigger_pattern().search(data) is not None, b"\n".join(sorted(set(_IDENT.findall(data))))
+
+
 @dataclass
 class GateScan:
     gates: list[Gate] = field(default_factory=list)
@@ -35,58 +51,86 @@ class GateScan:
     parsed_modules: int = 0
     rounds: int = 0
     predicates: list[str] = field(default_factory=list)
+    names: frozenset = frozenset()  # every name the prefilter searched for (early cutoff needs it)
     over_budget: list[tuple[str, str | None]] = field(default_factory=list)
 
 
-def find_python_gates(source: Source, index: Index, reg: Registry, package_of, progress=None) -> GateScan:
+def find_python_gates(source: Source, index: Index, reg: Registry, package_of, progress=None,
+                      facts: dict | None = None) -> GateScan:
+    """facts: path -> byte_facts(bytes of that file), when already computed (worker processes)."""
     modules = sorted(index.path_of)
     names: set[str] = set()
     scan = GateScan()
     interp = Interp(index, reg)
+    index.on_evict.append(interp.forget_module)
     relevant: set[str] = set()
     reported: set[tuple[str, str | None]] = set()
-    triggers = re.compile(TRIGGERS + b"|" + b"|".join(re.escape(k.encode()) for k in sorted(interp.rules.flag_keywords)))
+    triggers = trigger_pattern()
     idents: dict[str, frozenset] = {}
+    facts = facts or {}
 
     def module_idents(m: str) -> frozenset:
         v = idents.get(m)
         if v is None:
-            v = idents[m] = frozenset(_IDENT.findall(index.source_bytes(m)))
+            f = facts.get(index.path_of[m])
+            if f is not None:
+                v = idents[m] = frozenset(f[1].split(b"\n")) - {b""}
+            else:
+                v = idents[m] = frozenset(_IDENT.findall(index.source_bytes(m)))
         return v
 
-    def matches(data: bytes, start: int = 0, end: int | None = None, ids=None) -> bool:
-        end = len(data) if end is None else end
-        if triggers.search(data, start, end):
+    # Whether a module's bytes hold a trigger never changes: test each file once, not once a
+    # round. A function's span can only match if its module does, and can only name one of
+    # `names` if its module does (a def starts and ends on token boundaries), so those spans are
+    # not searched at all.
+    trig: dict[str, bool] = {}
+
+    def module_trig(m: str) -> bool:
+        v = trig.get(m)
+        if v is None:
+            f = facts.get(index.path_of[m])
+            v = trig[m] = f[0] if f is not None else triggers.search(index.source_bytes(m)) is not None
+        return v
+
+    def matches(data: bytes, start: int, end: int, mod_trig: bool, mod_names: bool) -> bool:
+        if mod_trig and triggers.search(data, start, end):
             return True
-        if not names_b:
+        if not mod_names:
             return False
-        ids = ids if ids is not None else frozenset(_IDENT.findall(data, start, end))
-        return not names_b.isdisjoint(ids)
+        return not names_b.isdisjoint(frozenset(_IDENT.findall(data, start, end)))
 
     names_b: set[bytes] = set()
     while True:
         scan.rounds += 1
         new_rel = {
             m for m in modules
-            if m not in relevant and (triggers.search(index.source_bytes(m)) or (names_b and not names_b.isdisjoint(module_idents(m))))
+            if m not in relevant and (module_trig(m) or (names_b and not names_b.isdisjoint(module_idents(m))))
         }
         redo = set(interp.invalidate(new_rel)) if new_rel and scan.rounds > 1 else set()
         relevant |= new_rel
         index.full_filter = relevant.__contains__
         todo: list[tuple[str, str | None]] = sorted(redo, key=_owner_key)
         for modname in sorted(relevant):
-            mod = index.module(modname)
+            if modname in index._mods or modname not in index._was_full:
+                mod = index.module(modname)
+            else:  # parsed in full before, then evicted: its spans are known, no need to parse
+                mod = True
             if mod is None:
                 continue
             if modname in new_rel:
                 todo.append((modname, None))
-            src = mod.parsed.src
-            for qual, node in mod.functions.items():
-                if (modname, qual) not in reported and matches(src, node.sb, node.eb):
+            mt = module_trig(modname)
+            mn = bool(names_b) and not names_b.isdisjoint(module_idents(modname))
+            if not (mt or mn):
+                continue
+            src = index.source_bytes(modname)
+            for qual, sb, eb in index.function_spans(modname):
+                if (modname, qual) not in reported and matches(src, sb, eb, mt, mn):
                     todo.append((modname, qual))
         for i, (modname, qual) in enumerate(todo):
             if progress and i % 50 == 0:
-                progress(f"round {scan.rounds}: evaluating {i}/{len(todo)} functions")
+                parsed = index.parsed_count
+                progress(f"gate round {scan.rounds}: functions evaluated ({parsed} modules parsed)", i, len(todo))
             mod = index.module(modname)
             if mod is None:
                 continue
@@ -106,11 +150,40 @@ def find_python_gates(source: Source, index: Index, reg: Registry, package_of, p
         names_b = {n.encode() for n in names}
     scan.evaluated_modules = len(relevant)
     scan.evaluated_functions = sum(1 for _m, q in reported if q is not None)
-    scan.parsed_modules = sum(1 for m in index._mods.values() if m is not None)
+    scan.parsed_modules = index.parsed_count
     scan.predicates = sorted(interp.arch_functions)
+    scan.names = frozenset(names)
     scan.over_budget = sorted(set(interp.budget_exceeded), key=_owner_key)
     scan.gates = _to_gates(interp.gates, package_of)
     return scan
+
+
+def cutoff_view(data: bytes, names: frozenset) -> tuple | None:
+    """Everything find_python_gates can learn from one file's bytes when it searches for
+    `names`: decoding verdict, IR with positions, parse errors, and the module- and function-
+    level prefilter answers. Two byte strings with equal views give the same scan. Also returns
+    the end of the last top-level statement (gate texts are sliced before it). None: unknown."""
+    why = decode_check(data)
+    if why is not None:
+        return ("undecodable", why), 0
+    from ..parsing.python_ir import parse_python
+
+    try:
+        parsed = parse_python(data, shallow=False)
+        ir = pickle.dumps((parsed.body, parsed.errors), protocol=pickle.HIGHEST_PROTOCOL)
+    except (RecursionError, MemoryError, ValueError):
+        return None
+    info = ModuleInfo(name="", path="", is_pkg=False, parsed=parsed)
+    _collect_defs(parsed.body, "", info)
+    trig = trigger_pattern()
+    nb = {n.encode() for n in names}
+    funcs = tuple(
+        (q, trig.search(data, n.sb, n.eb) is not None, tuple(sorted(nb.intersection(_IDENT.findall(data, n.sb, n.eb)))))
+        for q, n in info.functions.items()
+    )
+    view = (ir, trig.search(data) is not None, tuple(sorted(nb.intersection(_IDENT.findall(data)))), funcs)
+    end = max((st.eb for st in parsed.body), default=0)
+    return view, end
 
 
 def _owner_key(o: tuple[str, str | None]) -> tuple[str, str]:

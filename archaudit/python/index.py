@@ -6,7 +6,9 @@ Diagnostic and the module still exists (with whatever the tolerant parser recove
 """
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Callable
 
 from ..model import Diagnostic
 from ..parsing.python_ir import N, ParsedModule, parse_python
@@ -57,6 +59,18 @@ class Index:
         self._reported: set[str] = set()
         # modules for which function bodies are needed; others are parsed shallow
         self.full_filter = None
+        # Memory bound: the IR is ~20x its source, so keep the IR of at most `ir_budget` source
+        # bytes (None: no bound), least recently used first out. An evicted module is parsed
+        # again when asked for, in the same mode, giving equal IR. Listeners in `on_evict` drop
+        # what they derived from it. Function spans stay (the prefilter asks for them each round).
+        self.ir_budget: int | None = None
+        self.on_evict: list[Callable[[str], None]] = []
+        self._lru: OrderedDict[str, int] = OrderedDict()
+        self._lru_bytes = 0
+        self._was_full: set[str] = set()
+        self._loaded: set[str] = set()  # modules parsed successfully at least once
+        self._spans: dict[str, list[tuple[str, int, int]]] = {}
+        self.parses = 0  # parse_python calls (reloads included)
         dirs_with_init = {p.rsplit("/", 1)[0] for p in py_files if p.endswith("/__init__.py")}
         for p in py_files:
             name = _dotted(p) if path_based else self._module_name(p, dirs_with_init)
@@ -103,13 +117,51 @@ class Index:
         module is one whose code is analysed (see `wants_full`)."""
         info = self._mods.get(name, _MISSING)
         if info is not _MISSING and (info is None or not info.parsed.shallow or not (full or self.wants_full(name))):
+            if info is not None and self.ir_budget is not None:
+                self._lru.move_to_end(name)
             return info
         path = self.path_of.get(name)
         info = None
         if path is not None:
-            info = self._load(name, path, shallow=not (full or self.wants_full(name)))
+            # a module once parsed in full is parsed in full again after an eviction
+            info = self._load(name, path, shallow=not (full or self.wants_full(name) or name in self._was_full))
         self._mods[name] = info
+        if info is not None:
+            self._loaded.add(name)
+            if not info.parsed.shallow:
+                self._was_full.add(name)
+            if name not in self._spans or not info.parsed.shallow:
+                self._spans[name] = [(q, n.sb, n.eb) for q, n in info.functions.items()]
+            if self.ir_budget is not None:
+                self._account(name, len(info.parsed.src))
         return info
+
+    def _account(self, name: str, size: int) -> None:
+        old = self._lru.pop(name, None)
+        if old is not None:
+            self._lru_bytes -= old
+        self._lru[name] = size
+        self._lru_bytes += size
+        while self._lru_bytes > self.ir_budget and len(self._lru) > 1:
+            victim, vsize = self._lru.popitem(last=False)
+            self._lru_bytes -= vsize
+            del self._mods[victim]
+            for f in self.on_evict:
+                f(victim)
+
+    def function_spans(self, name: str) -> list[tuple[str, int, int]]:
+        """(qualname, start byte, end byte) of every function of a module, from its last parse
+        (loading it if it was never parsed); survives eviction of the IR."""
+        spans = self._spans.get(name)
+        if spans is None:
+            self.module(name)
+            spans = self._spans.get(name, [])
+        return spans
+
+    @property
+    def parsed_count(self) -> int:
+        """Modules parsed successfully (each counted once, evicted or not)."""
+        return len(self._loaded)
 
     def wants_full(self, name: str) -> bool:
         return self.full_filter is None or self.full_filter(name)
@@ -124,6 +176,7 @@ class Index:
                 self._reported.add(path)
                 self.diagnostics.append(Diagnostic(path, "unreadable-source", f"skipped: {why}"))
             return None
+        self.parses += 1
         try:
             parsed = parse_python(data, shallow=shallow)
         except (RecursionError, MemoryError, ValueError) as e:

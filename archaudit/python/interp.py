@@ -106,8 +106,17 @@ class Rules:
         self.flag_keywords: set[str] = set(jb.get("flag_keywords", []))
         self.arch_env: set[str] = set(data.get("arch_list_env", {}).get("names", []))
         self.reg = reg
+        self._pred_memo: dict = {}
 
     def predicate_admits(self, name: str) -> tuple[frozenset, str] | None:
+        # asked for every attribute and call name: memoised (a pure function of the name)
+        try:
+            return self._pred_memo[name]
+        except KeyError:
+            r = self._pred_memo[name] = self._predicate_admits(name)
+            return r
+
+    def _predicate_admits(self, name: str) -> tuple[frozenset, str] | None:
         for pat, r in self.predicates:
             m = pat.match(name)
             if not m:
@@ -180,6 +189,7 @@ class Interp:
         self.budget_exceeded: list[tuple[str, str]] = []
         self._depth = 0
         self.gates: list[GateRecord] = []
+        self._reported_owners: set = set()
         self.arch_functions: set[str] = set()  # functions whose result depends on the GPU
         self._cap_tuple = self.dom.per([(g.major, g.minor) for g in self.gpus])
         self._cap_sm = self.dom.per([g.cc for g in self.gpus])
@@ -322,7 +332,10 @@ class Interp:
         self._reporting((modname, None), lambda: self._exec_block(mod.parsed.body, frame))
 
     def _reporting(self, owner: tuple[str, str | None], run) -> None:
-        self.gates = [g for g in self.gates if g.owner != owner]
+        # a report that is redone replaces its gates (filter only then: the list is long)
+        if owner in self._reported_owners:
+            self.gates = [g for g in self.gates if g.owner != owner]
+        self._reported_owners.add(owner)
         self._owner = owner
         self._shallow_stack = [set()]
         self._steps = 0
@@ -340,6 +353,10 @@ class Interp:
             self._in_progress = set()
             self._gv_busy = set()
             self._owner = None
+
+    def forget_module(self, modname: str) -> None:
+        """The index dropped this module's IR: drop what was derived from it (rebuilt on demand)."""
+        self._binds.pop(modname, None)
 
     def invalidate(self, modules: set[str]) -> list[tuple[str, str | None]]:
         """Modules became relevant: forget what was computed while they were unanalysed, and

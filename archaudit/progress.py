@@ -1,0 +1,46 @@
+"""Progress on stderr for long scans: a rich bar when stderr is a terminal, nothing otherwise.
+
+The pipeline calls `progress(message)` or `progress(message, done, total)`; this turns those calls
+into one transient line (phase, bar, counts, elapsed time) that appears only after a second,
+so short scans print nothing.
+"""
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+
+
+@contextmanager
+def scan_progress(console, enabled: bool, delay: float = 1.0):
+    """Yields a progress callback. enabled=False (quiet, or stderr not a terminal): a no-op."""
+    if not enabled:
+        yield lambda msg, done=None, total=None: None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    )
+    task = bar.add_task("scanning", total=None)
+    t0 = time.monotonic()
+    started = False
+
+    def update(msg: str, done: int | None = None, total: int | None = None) -> None:
+        nonlocal started
+        if not started:
+            if time.monotonic() - t0 < delay:
+                return
+            bar.start()
+            started = True
+        bar.update(task, description=msg, completed=done or 0, total=total)
+
+    try:
+        yield update
+    finally:
+        if started:
+            bar.stop()

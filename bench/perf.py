@@ -1,0 +1,267 @@
+"""Performance benchmark (issue 7): archaudit scan --target sm_120 cold / warm / one file touched,
+against ripgrep for the trigger patterns as the floor, plus the scaling from 1 to 3 packages.
+
+    python bench/perf.py                      # everything, medians of 3, writes bench/results/perf.{json,md}
+    python bench/perf.py --repeat 5 --skip-scaling --out bench/results/perf-quick
+
+Corpora (bench/corpus.py, downloaded once with pip and unpacked into its cache):
+fi072only = flashinfer-python 0.7.2.post1; fi072 = + sglang 0.5.23; fi072vllm = + vllm 0.33.0.
+Each scan runs as a subprocess (python -m archaudit); wall time, CPU time (user+system, worker
+processes included) and peak RSS come from os.wait4 on that process. The load average is
+recorded with every run: the machine's cores are shared. The scans run on a hard-linked copy
+of the corpus so the touched file can be replaced without changing the cached corpus.
+Nothing scanned is imported or executed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "bench"))
+sys.path.insert(0, str(REPO))
+
+import corpus  # noqa: E402
+
+PATTERN = r"__CUDA_ARCH|supported_major_versions|is_sm[0-9]|get_device_capability"
+TOUCH_CANDIDATES = ("sglang/srt/layers/flashinfer_comm_fusion.py", "flashinfer/comm/trtllm_ar.py")
+
+
+def run_measured(cmd: list[str], env: dict | None = None, cwd: str | None = None) -> dict:
+    """Run cmd; wall, cpu (self + reaped descendants) and peak RSS of that process tree."""
+    load = os.getloadavg()[0]
+    t = time.perf_counter()
+    p = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _pid, status, ru = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - t
+    err = p.stderr.read().decode("utf-8", "replace") if p.stderr else ""
+    p.returncode = os.waitstatus_to_exitcode(status)
+    return {
+        "wall_s": round(wall, 3),
+        "cpu_s": round(ru.ru_utime + ru.ru_stime, 3),
+        "rss_mb": round(ru.ru_maxrss / 1024, 1),
+        "load1": round(load, 2),
+        "rc": p.returncode,
+        "stderr": err[-2000:] if p.returncode not in (0, 1) else "",
+    }
+
+
+def link_copy(src: Path, dst: Path) -> None:
+    """A copy of a tree whose files are hard links (fast, no extra space)."""
+    if dst.exists():
+        shutil.rmtree(dst)
+    shutil.copytree(src, dst, copy_function=os.link, symlinks=True)
+
+
+def touch(path: Path, text: str) -> None:
+    """Append text to a file without writing through its hard link (replace it)."""
+    data = path.read_bytes()
+    tmp = path.with_name(path.name + ".bench-tmp")
+    tmp.write_bytes(data + text.encode())
+    os.replace(tmp, path)
+
+
+def find_rg(cache: Path) -> tuple[list[str] | None, str]:
+    rg = shutil.which("rg")
+    if rg:
+        return [rg], "rg (PATH)"
+    target = cache / "rg"
+    cand = list(target.glob("bin/rg")) + list(target.glob("**/rg"))
+    if not cand:
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--target", str(target), "ripgrep"],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        cand = [p for p in list(target.glob("bin/rg")) + list(target.glob("**/rg")) if p.is_file()]
+    if cand and os.access(cand[0], os.X_OK):
+        return [str(cand[0])], "rg (pip package ripgrep)"
+    return None, "grep -rE (ripgrep not available)"
+
+
+def floor_cmd(rg: list[str] | None, root: Path) -> list[str]:
+    if rg:
+        return [*rg, "-c", "-uu", "-e", PATTERN, str(root)]
+    return ["grep", "-rEc", PATTERN, str(root)]
+
+
+def scan_cmd(root: Path, out: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "archaudit", "scan", str(root), "--target", "sm_120", "--format", "json",
+            "-o", str(out), "-q", *extra]
+
+
+def env_for(cache_dir: Path) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["ARCHAUDIT_CACHE_DIR"] = str(cache_dir)
+    return env
+
+
+def gates_of(path: Path) -> list:
+    return json.loads(path.read_text())["gates"]
+
+
+def prefilter_bytes(root: Path) -> dict:
+    """Bytes of Python files, and of those the byte prefilter passes in its first round."""
+    from archaudit.python.gates import trigger_pattern
+
+    pat = trigger_pattern()
+    total = passed = n = 0
+    for p in root.rglob("*.py"):
+        try:
+            data = p.read_bytes()
+        except OSError:
+            continue
+        total += len(data)
+        if pat.search(data):
+            passed += len(data)
+            n += 1
+    return {"python_bytes": total, "prefilter_bytes": passed, "prefilter_files": n}
+
+
+def med(runs: list[dict], k: str) -> float:
+    return round(statistics.median(r[k] for r in runs), 3)
+
+
+def summary(runs: list[dict]) -> dict:
+    return {"runs": runs, **{f"median_{k}": med(runs, k) for k in ("wall_s", "cpu_s", "rss_mb", "load1")}}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeat", type=int, default=3, help="floor, warm and touched runs")
+    ap.add_argument("--cold-repeat", type=int, default=3)
+    ap.add_argument("--scaling-repeat", type=int, default=3)
+    ap.add_argument("--skip-scaling", action="store_true")
+    ap.add_argument("--skip-check", action="store_true", help="skip the --workers 1 --no-cache identity check")
+    ap.add_argument("--workdir", default=None, help="where the corpus copy and caches go (default: a temp dir)")
+    ap.add_argument("--out", default=str(REPO / "bench" / "results" / "perf"))
+    args = ap.parse_args()
+
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="archaudit-perf-"))
+    work.mkdir(parents=True, exist_ok=True)
+    result: dict = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                                "started": time.strftime("%Y-%m-%d %H:%M:%S")}}
+    src = corpus.site_packages("fi072")
+    tree = work / "fi072"
+    link_copy(src, tree)
+    touched = next((tree / c for c in TOUCH_CANDIDATES if (tree / c).is_file()), None)
+    rg, rg_kind = find_rg(corpus.cache_root())
+    result["floor_tool"] = rg_kind
+
+    floor = [run_measured(floor_cmd(rg, tree)) for _ in range(args.repeat)]
+    cold, warm, touch_runs, jsons = [], [], [], {}
+    # cold runs, each with an empty cache directory; the first one's cache then serves the warm
+    # runs and, after each touch (a new comment appended every time), the touched runs
+    for i in range(args.cold_repeat):
+        cache = work / f"cache-{i}"
+        shutil.rmtree(cache, ignore_errors=True)
+        out = work / f"cold-{i}.json"
+        cold.append(run_measured(scan_cmd(tree, out), env_for(cache)))
+        jsons.setdefault("cold", out)
+        print(f"cold {i}: {cold[-1]['wall_s']} s", file=sys.stderr)
+    env = env_for(work / "cache-0")
+    time.sleep(2.5)  # so the snapshot's files are older than its racy window
+    for i in range(args.repeat):
+        out = work / f"warm-{i}.json"
+        warm.append(run_measured(scan_cmd(tree, out), env))
+        jsons.setdefault("warm", out)
+        if touched is not None:
+            touch(touched, f"\n# archaudit perf bench: touched, run {i}\n")
+            out = work / f"touched-{i}.json"
+            touch_runs.append(run_measured(scan_cmd(tree, out), env))
+            jsons.setdefault("touched", out)
+            time.sleep(2.5)
+            # the touched state as the next warm start (its snapshot must leave the racy window)
+            run_measured(scan_cmd(tree, work / "settle.json"), env)
+        print(f"run {i}: warm {warm[-1]['wall_s']} s, touched {touch_runs[-1]['wall_s'] if touch_runs else '-'} s",
+              file=sys.stderr)
+    result["fi072"] = {
+        "floor": summary(floor),
+        "cold": summary(cold),
+        "warm": summary(warm),
+        "touched": summary(touch_runs) if touch_runs else None,
+        "touched_file": str(touched.relative_to(tree)) if touched else None,
+        **prefilter_bytes(tree),
+    }
+    fl = result["fi072"]["floor"]["median_wall_s"] or 1e-9
+    result["fi072"]["ratio_to_floor"] = {
+        k: round(result["fi072"][k]["median_wall_s"] / fl, 1) for k in ("cold", "warm", "touched") if result["fi072"][k]
+    }
+    # identical gates: cold (N workers, cache written), warm (cache hit), touched, and 1 worker without cache
+    ref = gates_of(jsons["cold"])
+    check = {"warm": gates_of(jsons["warm"]) == ref}
+    if "touched" in jsons:
+        check["touched"] = gates_of(jsons["touched"]) == ref
+    if not args.skip_check:
+        out = work / "check-w1-nocache.json"
+        r = run_measured(scan_cmd(tree, out, "--no-cache", "--workers", "1"), env_for(work / "cache-none"))
+        check["workers1_nocache"] = gates_of(out) == ref
+        check["workers1_nocache_run"] = r
+    check["gates"] = len(ref)
+    result["fi072"]["identical"] = check
+
+    if not args.skip_scaling:
+        scaling = []
+        for name in ("fi072only", "fi072", "fi072vllm"):
+            root = corpus.site_packages(name)
+            runs = [run_measured(scan_cmd(root, work / f"scale-{name}.json", "--no-cache"), env_for(work / "x"))
+                    for _ in range(args.scaling_repeat)]
+            scaling.append({"corpus": name, "packages": corpus.CORPORA[name], **prefilter_bytes(root),
+                            "floor": summary([run_measured(floor_cmd(rg, root))]), "cold": summary(runs)})
+            print(f"scaling {name}: {scaling[-1]['cold']['median_wall_s']} s", file=sys.stderr)
+        result["scaling"] = scaling
+
+    outp = Path(args.out)
+    outp.parent.mkdir(parents=True, exist_ok=True)
+    outp.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
+    md = render(result)
+    outp.with_suffix(".md").write_text(md)
+    print(md)
+    if not args.workdir:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+def render(r: dict) -> str:
+    f = r["fi072"]
+    rows = [
+        "| case | wall s (median) | CPU s | peak RSS MB | load avg | x floor |",
+        "|---|---|---|---|---|---|",
+    ]
+    for k, label in (("floor", f"floor: {r['floor_tool']}"), ("cold", "cold (empty cache)"), ("warm", "warm"),
+                     ("touched", f"one file touched ({f.get('touched_file')})")):
+        s = f.get(k)
+        if not s:
+            continue
+        ratio = f["ratio_to_floor"].get(k, 1.0) if k != "floor" else 1.0
+        rows.append(f"| {label} | {s['median_wall_s']} | {s['median_cpu_s']} | {s['median_rss_mb']} | "
+                    f"{s['median_load1']} | {ratio} |")
+    out = ["# archaudit performance: flashinfer-python 0.7.2.post1 + sglang 0.5.23, --target sm_120", "",
+           f"started {r['machine']['started']}, {r['machine']['cpus']} CPUs, Python {r['machine']['python']}", "",
+           *rows, "",
+           f"Python bytes {f['python_bytes']:,}; passing the first-round byte prefilter {f['prefilter_bytes']:,} "
+           f"({f['prefilter_files']} files).", "",
+           "Identical gates: " + ", ".join(f"{k}={v}" for k, v in f["identical"].items() if isinstance(v, bool)) +
+           f" ({f['identical']['gates']} gates)", ""]
+    if r.get("scaling"):
+        out += ["## Scaling (cold, --no-cache)", "",
+                "| corpus | Python MB | prefilter MB | cold wall s | CPU s | RSS MB | floor s | load |",
+                "|---|---|---|---|---|---|---|---|"]
+        for s in r["scaling"]:
+            out.append(f"| {' + '.join(s['packages'])} | {s['python_bytes'] / 1e6:.1f} | {s['prefilter_bytes'] / 1e6:.1f} | "
+                       f"{s['cold']['median_wall_s']} | {s['cold']['median_cpu_s']} | {s['cold']['median_rss_mb']} | "
+                       f"{s['floor']['median_wall_s']} | {s['cold']['median_load1']} |")
+        out.append("")
+    return "\n".join(out) + "\n"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,143 @@
+"""Identical findings with and without the cache, with 1 or N workers, and after changes that the
+early cutoff does or does not accept (always compared with a fresh scan of the same bytes)."""
+import os
+import shutil
+import time
+
+import pytest
+
+from archaudit import scancache
+from archaudit.cache import Cache
+from archaudit.pipeline import scan
+from archaudit.scancache import rebuild_old, split_trailer
+
+from conftest import FIXTURES
+
+
+def _tree(tmp_path):
+    dst = tmp_path / "tree"
+    shutil.copytree(FIXTURES / "pygates", dst)
+    return dst
+
+
+def _key(r):
+    return (r.gates, r.diagnostics, r.findings, {k: v for k, v in r.stats.items() if k != "seconds"})
+
+
+def _age(tree, seconds=10):
+    """Make every file older than the racy window, as a tree untouched for a while is."""
+    t = time.time() - seconds
+    for d, _, fs in os.walk(tree):
+        for f in fs:
+            os.utime(os.path.join(d, f), (t, t))
+
+
+@pytest.fixture
+def pooled(monkeypatch):
+    # make the fixture big enough for worker processes
+    monkeypatch.setattr(scancache, "PARALLEL_MIN_BYTES", 0)
+
+
+def test_workers_and_cache_give_identical_results(tmp_path, pooled):
+    tree = _tree(tmp_path)
+    base = _key(scan(tree, workers=1))
+    assert _key(scan(tree, workers=2)) == base
+    c = tmp_path / "c"
+    r = scan(tree, workers=2, cache=Cache(c))
+    assert r.cache["mode"] == "miss" and r.cache["hashed"] > 0
+    assert _key(r) == base
+    r = scan(tree, workers=1, cache=Cache(c))
+    assert r.cache["mode"] == "hit"
+    assert _key(r) == base
+
+
+def test_warm_scan_reads_no_source(tmp_path, monkeypatch):
+    tree = _tree(tmp_path)
+    _age(tree)
+    c = tmp_path / "c"
+    base = _key(scan(tree, cache=Cache(c)))
+    import archaudit.python.index as index_mod
+    from archaudit.sources import DirSource
+
+    def boom(*a, **k):
+        raise AssertionError("a warm scan must not parse or read sources")
+
+    monkeypatch.setattr(index_mod, "parse_python", boom)
+    monkeypatch.setattr(DirSource, "read", boom)
+    r = scan(tree, cache=Cache(c))
+    assert r.cache["mode"] == "hit" and r.cache["hashed"] == 0 and r.cache["reused"] == sum(1 for p in tree.rglob("*") if p.is_file())
+    assert _key(r) == base
+
+
+def test_appended_comment_is_cut_off(tmp_path):
+    tree = _tree(tmp_path)
+    _age(tree)
+    c = tmp_path / "c"
+    scan(tree, cache=Cache(c))
+    f = tree / "gatepkg" / "features.py"
+    f.write_bytes(f.read_bytes() + b"\n# a comment: is_sm90 and friends\n\n")
+    r = scan(tree, cache=Cache(c))
+    assert r.cache["mode"] == "cutoff" and r.cache["hashed"] == 1
+    assert _key(r) == _key(scan(tree))
+    assert scan(tree, cache=Cache(c)).cache["mode"] == "hit"
+
+
+@pytest.mark.parametrize("edit", [
+    # code: the IR changes
+    b"\nx_touched = 1\n",
+    # a comment that names a GPU-dependent function in a module that was not analysed: the
+    # prefilter answer changes, so the module becomes relevant
+    b"\n# see _check_cuda_device_version\n",
+    # a trigger in a comment of a module without one
+    b"\n# get_device_capability\n",
+])
+def test_changes_that_matter_are_rescanned(tmp_path, edit):
+    tree = _tree(tmp_path)
+    _age(tree)
+    c = tmp_path / "c"
+    scan(tree, cache=Cache(c))
+    target = tree / "gatepkg" / "__init__.py"
+    target.write_bytes(target.read_bytes() + edit)
+    r = scan(tree, cache=Cache(c))
+    assert r.cache["mode"] == "miss"
+    assert _key(r) == _key(scan(tree))
+
+
+def test_same_size_same_mtime_edit_is_seen(tmp_path):
+    """A file rewritten within the racy window, same size, mtime put back: rehashed, not trusted."""
+    tree = _tree(tmp_path)
+    c = tmp_path / "c"
+    scan(tree, cache=Cache(c))
+    f = tree / "gatepkg" / "features.py"
+    st = f.stat()
+    data = f.read_bytes()
+    f.write_bytes(data.replace(b"(9, 0)", b"(8, 0)", 1))
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+    r = scan(tree, cache=Cache(c))
+    assert r.cache["mode"] == "miss"
+    assert _key(r) == _key(scan(tree))
+
+
+def test_split_trailer_and_rebuild():
+    data = b"x = 1\n# end\n\n   # more\n"
+    end = split_trailer(data)
+    assert data[:end] == b"x = 1"
+    assert split_trailer(b"# only\n") == 0
+    assert split_trailer(b"a") == 1
+    st = scancache._state_of(data, None)
+    assert rebuild_old(b"x = 1\n# new comment\n", st) == data
+    assert rebuild_old(b"x = 2\n", st) is None
+
+
+def test_findings_identical_from_cache(tmp_path, reg):
+    tree = _tree(tmp_path)
+    targets = [reg.parse("sm_120")]
+    base = scan(tree, targets=targets)
+    c = tmp_path / "c"
+    first = scan(tree, targets=targets, cache=Cache(c))
+    again = scan(tree, targets=targets, cache=Cache(c))
+    assert again.cache["mode"] == "hit"
+    assert _key(first) == _key(base) == _key(again)
+    assert base.findings  # the fixture has gates that exclude sm_120
+    # a different target set is a different result
+    assert scan(tree, targets=[reg.parse("sm_90")], cache=Cache(c)).cache["mode"] == "miss"
