@@ -195,7 +195,7 @@ def _scan(path, reqs, quiet, what=""):
     err = Console(stderr=True)
     status = err.status(f"scanning {what}".strip()) if not quiet and err.is_terminal else None
 
-    def progress(msg):
+    def progress(msg, *_counts):
         if status is not None:
             status.update(f"{what}: {msg}" if what else msg)
 

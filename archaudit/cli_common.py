@@ -14,7 +14,7 @@ def scan_with_progress(path, reqs, reg, quiet: bool):
     err = Console(stderr=True)
     status = err.status("scanning") if (not quiet and err.is_terminal) else None
 
-    def progress(msg: str) -> None:
+    def progress(msg: str, *_counts) -> None:
         if status is not None:
             status.update(msg)
 

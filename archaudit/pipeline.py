@@ -196,6 +196,11 @@ def scan(path, targets: list[TargetRequest] | None = None, reg: Registry | None 
                    f"evaluation of {m + '.' + q if q else m} stopped at the step budget; gates after that point may be missing")
         for m, q in gscan.over_budget
     ]
+    # Python files the prefilter only saw in worker processes were never read through the Source,
+    # which is where unreadable ones (NUL bytes, UTF-16, bad UTF-8) are reported: read them now
+    for p in py_files:
+        if p not in index._bytes and p.endswith(".py"):
+            source.read(p)
     diags = sorted(set(source.diagnostics) | set(index.diagnostics) | set(budget))
     stats = {
         "files": len(files),
