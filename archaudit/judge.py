@@ -37,6 +37,7 @@ class ModuleRef:
     defines: dict[str, str] = field(default_factory=dict)
     flags_gate: tuple[str, int] | None = None  # the arch-list gate feeding its nvcc flags
     host_sources: list[str] = field(default_factory=list)  # resolved .cpp/.cc files (no device code)
+    hard_flags: list[str] = field(default_factory=list)  # hard-coded -gencode/-arch flags of the build
     binary: dict | None = None  # prebuilt code: {"artifact", "archs": {...}, "runs": "sass"|"ptx-jit"|"no"}
 
 
@@ -86,6 +87,17 @@ def judge_module(ref: ModuleRef, ct: CompileTarget, tus: TuCache) -> ModuleJudge
         mv.prediction = "binary" if b["runs"] in ("no", "unknown") else "builds"
         mv.reason = b["reason"]
         return out
+    if ref.hard_flags:
+        from .targets import admits_of_nvcc_flags, registry
+
+        adm = admits_of_nvcc_flags(registry(), list(ref.hard_flags))
+        if adm is not None and ct.gpu_name not in adm:
+            # the build never targets this GPU, and the flags that come with such builds (-D
+            # switches for that architecture) are not analysed here: no claim about its code
+            mv.prediction = "unknown"
+            mv.reason = (f"built with hard-coded nvcc flags ({' '.join(ref.hard_flags)[:120]}) that produce no code "
+                         f"for {ct.gpu_name}; the patch must change them too")
+            return out
     if ref.unresolved or not ref.sources:
         if not ref.unresolved and ref.host_sources:
             mv.sources = list(ref.host_sources)
@@ -351,6 +363,8 @@ def behind_from_callgraph(analysis) -> BehindFn:
                 refs[jm.key] = ModuleRef(jm.name, sorted(dict.fromkeys(sources)), list(bm.chain), entry,
                                          sorted(dict.fromkeys(unresolved)), flags_gate=flags_gate,
                                          host_sources=sorted(dict.fromkeys(host)),
+                                         hard_flags=sorted({fs.text for fs in jm.flags if fs.kind == "hard-coded"
+                                                            and ("arch" in fs.text or "code=" in fs.text)}),
                                          defines=_injected_defines(jm.rule))
             elif ref.entry_points is not None:
                 # reached along several paths: the union of what they call, unknown beats known
