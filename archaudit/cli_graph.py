@@ -6,6 +6,8 @@ import re
 
 import click
 
+from .cli_common import write_output
+
 _SITE = re.compile(r"^(?P<file>.+):(?P<line>\d+)$")
 
 
@@ -34,12 +36,7 @@ def _site(a, text: str):
     return site
 
 
-def _write(text: str, output: str | None) -> None:
-    if output:
-        with open(output, "w", encoding="utf-8") as fh:
-            fh.write(text)
-    else:
-        click.echo(text, nl=False)
+_write = write_output  # shared with the other commands
 
 
 def explain_data(a, site):
