@@ -169,3 +169,21 @@ def test_cli_bad_input_is_a_usage_error(args, msg):
     assert r.exit_code == 2
     assert msg in r.output
     assert "Traceback" not in r.output
+
+
+def test_word_index_matches_the_byte_search(monkeypatch):
+    """The word -> modules index a long run switches to finds what the per-name byte search finds."""
+    import archaudit.callgraph.graph as G
+
+    a = Analysis.open(ROOT)
+    words = ["helper", "gen_jit_spec", "is_sm90", "Child", "build_and_load", "nothing_named_so", "os"]
+    linear = {w: a.graph.modules_naming(w) for w in words}
+    monkeypatch.setattr(G, "WORD_INDEX_AFTER", 0)
+    b = Analysis.open(ROOT)
+    assert {w: b.graph.modules_naming(w) for w in words} == linear
+    assert b.graph._words is not None
+    assert linear["gen_jit_spec"] == ["jitpkg.jit.core", "jitpkg.jit.flagged", "jitpkg.jit.ops"]
+    assert linear["nothing_named_so"] == []
+    # and the callers found through it are the same
+    assert [(c.caller, c.line) for c in b.graph.callers("jitpkg.jit.flagged.gen_param_module")] == [
+        ("jitpkg.jit.flagged.run_hopper", 54), ("jitpkg.jit.flagged.run_blackwell", 60)]
