@@ -98,3 +98,37 @@ def test_flag_parsing_units():
     assert hard_coded_archs(["-gencode=arch=compute_90a,code=sm_90a", "-gencode", "arch=compute_120f,code=[sm_120f,compute_120f]",
                              "-arch=sm_80", "--gpu-architecture=sm_75", "-DX", "-gencode=arch=compute_{cc}a,code=sm_{cc}a"]) == [
         "sm_90a", "sm_120f", "compute_120f", "sm_80", "sm_75"]
+
+
+# ---------------------------------------------------------------- real packages
+@pytest.mark.real
+def test_0615_fp8_blockscale_judged_with_its_defines(sp0615, reg):
+    """flashinfer 0.6.15.post1 gen_fp8_blockscale_gemm_sm90_module: without its -D flags
+    fp8_blockscale_gemm.cu compiles to almost nothing; with them the Hopper wgmma code is active."""
+    from archaudit.explain import explain
+    from archaudit.pipeline import run_with_big_stack
+    from archaudit.python.index import Index
+    from archaudit.sources import open_source
+
+    a = Analysis.open(sp0615)
+    site = a.site_at("flashinfer/gemm/gemm_base.py", 8449)
+    (b,) = run_with_big_stack(lambda: a.modules_behind(site))
+    m = b.module
+    assert (m.name, m.path, m.line) == ("fp8_blockscale_gemm_90", "flashinfer/jit/gemm/fp8_blockscale.py", 20)
+    assert m.defines == {"CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED": "1", "FLASHINFER_ENABLE_FP8_E8M0": "1",
+                         "FLASHINFER_ENABLE_FP4_E2M1": "1", "COMPILE_HOPPER_TMA_GEMMS": "1", "ENABLE_BF16": "1",
+                         "ENABLE_FP8": "1", "ENABLE_FP8_BLOCK_SCALE": "1", "CUTLASS_ENABLE_GDC_FOR_SM90": "1"}
+    assert m.conditional_flags == {"-DENABLE_FP8_BLOCK_SCALE": 'is_cuda_version_at_least("12.8")'}
+    assert m.hard_coded_archs == ["sm_90a"]
+    nv = "flashinfer/data/csrc/nv_internal"
+    assert m.include_paths == [nv, f"{nv}/include", f"{nv}/tensorrt_llm/cutlass_extensions/include",
+                               f"{nv}/tensorrt_llm/kernels/cutlass_kernels/include", f"{nv}/tensorrt_llm/kernels/cutlass_kernels"]
+    src = open_source(sp0615)
+    files = src.files()
+    idx = Index(src, [f for f in files if f.endswith(".py")], True)
+    (e,) = run_with_big_stack(lambda: explain(src, files, idx, reg, "flashinfer/gemm/gemm_base.py", 8449,
+                                              [reg.parse("sm_120")], True))
+    (f,) = e.findings
+    assert f.verdict == "hardware-bound"
+    assert (f.evidence[0].path, f.evidence[0].line, f.evidence[0].feature) == (
+        "flashinfer/data/csrc/nv_internal/tensorrt_llm/deep_gemm/mma_utils.cuh", 45, "ptx.wgmma")
