@@ -47,17 +47,47 @@ def explain_data(a, site):
 @click.command("explain")
 @click.argument("path", type=click.Path(path_type=str))
 @click.argument("site")
+@click.option("--target", "-t", "targets", multiple=True, metavar="GPU",
+              help="Judge the gate for this GPU (sm_120, 12.0, 'RTX PRO 6000', ...). Repeatable.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True))
-def explain_cmd(path, site, fmt, output):
-    """Chain from the gate at FILE:LINE to each JIT module it controls, with its sources."""
+def explain_cmd(path, site, targets, fmt, output):
+    """Chain from the gate at FILE:LINE to each JIT module it controls, with its sources. With
+    --target: the gate evaluated in its own function, then for each target it excludes the verdict
+    (software-only / partial / hardware-bound / binary-only / unresolved) with evidence and patch."""
     from .callgraph.render import explain_text
     from .pipeline import run_with_big_stack
 
     a = _open(path)
     s = _site(a, site)
+    if targets:
+        _explain_targets(a, s, targets, fmt, output)
+        return
     e = run_with_big_stack(lambda: explain_data(a, s))
     _write(json.dumps(e.to_json(), indent=2) + "\n" if fmt == "json" else explain_text(e), output)
+
+
+def _explain_targets(a, site, targets, fmt, output) -> None:
+    from .cli import parse_targets
+    from .explain import explain, render_text
+    from .pipeline import run_with_big_stack
+    from .report.jsonout import finding_to_json, gate_to_json
+    from .sources import WheelSource
+    from .targets import registry
+
+    reqs = parse_targets(tuple(targets))
+    reg = registry()
+    files = a.source.files()
+    path_based = bool(a.source.distributions()) or isinstance(a.source, WheelSource)
+    expls = run_with_big_stack(lambda: explain(a.source, files, a.index, reg, site.path, site.line, reqs, path_based))
+    if not expls:
+        raise click.UsageError(f"{site.path}:{site.line}: no architecture gate on this line")
+    if fmt == "json":
+        data = [{"gate": gate_to_json(e.gate, reg, reqs), "admitted": e.admitted,
+                 "findings": [finding_to_json(f) for f in e.findings]} for e in expls]
+        _write(json.dumps(data, indent=2) + "\n", output)
+    else:
+        _write(render_text(expls, reg), output)
 
 
 @click.command("graph")

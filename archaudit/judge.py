@@ -37,8 +37,11 @@ class ModuleRef:
     defines: dict[str, str] = field(default_factory=dict)
     flags_gate: tuple[str, int] | None = None  # the arch-list gate feeding its nvcc flags
     host_sources: list[str] = field(default_factory=list)  # resolved .cpp/.cc files (no device code)
-    hard_flags: list[str] = field(default_factory=list)  # hard-coded -gencode/-arch flags of the build
     binary: dict | None = None  # prebuilt code: {"artifact", "archs": {...}, "runs": "sass"|"ptx-jit"|"no"}
+    # the -gencode/-arch code targets when its nvcc flags are hard-coded (not from an arch list):
+    # the module is only ever built for these, whatever the gate says
+    hard_flags: list[str] | None = None
+    notes: list[str] = field(default_factory=list)  # flags/include paths not followed that do not block
 
 
 @dataclass
@@ -87,17 +90,17 @@ def judge_module(ref: ModuleRef, ct: CompileTarget, tus: TuCache) -> ModuleJudge
         mv.prediction = "binary" if b["runs"] in ("no", "unknown") else "builds"
         mv.reason = b["reason"]
         return out
+    hard_note = ""
     if ref.hard_flags:
         from .targets import admits_of_nvcc_flags, registry
 
-        adm = admits_of_nvcc_flags(registry(), list(ref.hard_flags))
+        flags = [f"-gencode=arch=compute_{c.split('_', 1)[1]},code={c}" for c in ref.hard_flags if "_" in c]
+        adm = admits_of_nvcc_flags(registry(), flags)
         if adm is not None and ct.gpu_name not in adm:
-            # the build never targets this GPU, and the flags that come with such builds (-D
-            # switches for that architecture) are not analysed here: no claim about its code
-            mv.prediction = "unknown"
-            mv.reason = (f"built with hard-coded nvcc flags ({' '.join(ref.hard_flags)[:120]}) that produce no code "
-                         f"for {ct.gpu_name}; the patch must change them too")
-            return out
+            # the build never targets this GPU: the sources are judged as if it did, with the
+            # module's own defines, and a patch must change the flags too
+            hard_note = (f"; built with hard-coded nvcc flags for {', '.join(ref.hard_flags)}, "
+                         f"which give no code for {ct.gpu_name}: a patch must change them too")
     if ref.unresolved or not ref.sources:
         if not ref.unresolved and ref.host_sources:
             mv.sources = list(ref.host_sources)
@@ -156,6 +159,7 @@ def judge_module(ref: ModuleRef, ct: CompileTarget, tus: TuCache) -> ModuleJudge
             mv.reason = f"every kernel is a stub on {ct.name}"
         else:
             mv.reason = f"every source builds for {ct.name}"
+    mv.reason += hard_note
     return out
 
 
@@ -318,6 +322,7 @@ def _injected_defines(rule_id: str) -> dict[str, str]:
         if r.get("id") == rule_id:
             return dict(r.get("injects_defines", {}))
     return {}
+NON_BLOCKING = ("include-path", "flags-define-value")
 
 
 def behind_from_callgraph(analysis) -> BehindFn:
@@ -344,7 +349,14 @@ def behind_from_callgraph(analysis) -> BehindFn:
         refs: dict[str, ModuleRef] = {}
         for bm in mods:
             jm = bm.module
-            sources, host, unresolved = [], [], []
+            # flags passed down as a parameter: bound to the arguments of the call on this chain
+            # (the call of its builder function on the chain: a `call` link into it, or the
+            # `jit-module` link when the chain ends at a call whose return value is the spec)
+            via = next(((x.path, x.line) for x in bm.chain if (x.kind == "call" and x.text == jm.function) or (
+                x.kind == "jit-module" and (x.path, x.line) != (jm.path, jm.line))), None)
+            if via is not None:
+                jm = analysis.jit.flags_via(jm, *via) or jm
+            sources, host, unresolved, notes = [], [], [], []
             for s in jm.sources:
                 if s.status == "resolved" and s.path:
                     (sources if s.path.endswith(DEVICE_SUFFIXES) else host).append(s.path)
@@ -353,19 +365,25 @@ def behind_from_callgraph(analysis) -> BehindFn:
                                       + (f" from {', '.join(s.templates)}" if s.templates else ""))
                 else:
                     unresolved.append(f"source {s.text}: {s.status}" + (f" ({s.reason})" if s.reason else ""))
-            unresolved += [f"{k}: {r}" for k, r in jm.unresolved]
+            for k, r in jm.unresolved:
+                # an include path outside the scan or a define with a run-time value (kept defined,
+                # value unknown to the preprocessor) does not stop the judgement; a flag list that
+                # is not constant may hide a -D that changes the active code: it does
+                (notes if k in NON_BLOCKING else unresolved).append(f"{k}: {r}")
             if not jm.name_resolved:
                 unresolved.append(f"module name {jm.name} is not a constant")
             flags_gate = next(((fs.path, fs.line) for fs in jm.flags if fs.kind == "arch-list"), None)
-            ref = refs.get(jm.key)
+            key = jm.key if via is None or jm is bm.module else f"{jm.key}@{via[0]}:{via[1]}"
+            ref = refs.get(key)
             entry = frozenset(bm.entry_points) if bm.entry_points is not None else None
             if ref is None:
-                refs[jm.key] = ModuleRef(jm.name, sorted(dict.fromkeys(sources)), list(bm.chain), entry,
-                                         sorted(dict.fromkeys(unresolved)), flags_gate=flags_gate,
-                                         host_sources=sorted(dict.fromkeys(host)),
-                                         hard_flags=sorted({fs.text for fs in jm.flags if fs.kind == "hard-coded"
-                                                            and ("arch" in fs.text or "code=" in fs.text)}),
-                                         defines=_injected_defines(jm.rule))
+                refs[key] = ModuleRef(jm.name, sorted(dict.fromkeys(sources)), list(bm.chain), entry,
+                                      sorted(dict.fromkeys(unresolved)), include_roots=list(jm.include_paths),
+                                      defines={**_injected_defines(jm.rule), **dict(jm.defines)},
+                                      flags_gate=flags_gate,
+                                      host_sources=sorted(dict.fromkeys(host)),
+                                      hard_flags=list(jm.hard_coded_archs) if jm.hard_coded_archs else None,
+                                      notes=sorted(dict.fromkeys(notes)))
             elif ref.entry_points is not None:
                 # reached along several paths: the union of what they call, unknown beats known
                 ref.entry_points = None if entry is None else ref.entry_points | entry

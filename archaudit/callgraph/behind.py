@@ -70,6 +70,7 @@ class Behind:
         self.r = graph.r
         self.jit = jit or JitModel(graph.r)
         self._lines: dict[str, list[int]] = {}
+        self._builders: dict[str, list[Link]] = {}  # module key -> its build sites (same for every gate)
 
     # ------------------------------------------------------------------ positions
     def _line_starts(self, ctx: Ctx) -> list[int]:
@@ -370,13 +371,17 @@ class Behind:
         """Call sites that build a spec sink's module: `.build_and_load()` on the producer's result."""
         if m.kind != "spec":
             return []
+        got = self._builders.get(m.key)
+        if got is not None:
+            return list(got)
         out = []
         for c in self.g.callers(m.function):
             for c2 in self.g.expand(c.caller):
                 if c2.callee == m.node and c2.line == c.line and "build" in c2.how.split("+"):
                     out.append(Link("call", c.path, c.line, c.caller, "build"))
                     break
-        return out
+        self._builders[m.key] = out
+        return list(out)
 
 
 def _relink(link: Link, arm: str) -> Link:

@@ -10,8 +10,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from ..cuda.preproc import _UNKNOWN_VALUE as UNKNOWN_VALUE
 from ..parsing.python_ir import N
 from .consteval import Alt, ConstEval, PathV, Unknown, flatten_values
+from .flags import Flag, FlagEval, bind_args, defines_of, hard_coded_archs, unknown_defines
 from .resolve import Ctx, Resolver, SinkSite, iter_stmts, walk_exprs
 from .rules import ArgSpec
 
@@ -65,6 +67,17 @@ class JitModule:
     # candidate paths that do not exist while the same file resolves through another candidate
     # (`_source_dir()` returning an installed or a checkout directory); not counted as sources
     alternatives: list[SourceFile] = field(default_factory=list)
+    # the compile flags, evaluated (flags.py): None when the sink takes no nvcc flags
+    cuda_cflags: list[str] | None = None  # extra_cuda_cflags as strings; {holes} where not constant
+    flag_items: list[Flag] = field(default_factory=list)  # the same with kind, condition and place
+    defines: dict[str, str] = field(default_factory=dict)  # -DNAME[=VAL] (conditional ones included)
+    include_paths: list[str] = field(default_factory=list)  # extra include dirs, scan-relative
+    hard_coded_archs: list[str] | None = None  # -gencode/-arch code targets when not from an arch list
+
+    @property
+    def conditional_flags(self) -> dict[str, str]:
+        """Flag -> the condition under which it is passed (counted as passed: the code *can* be built so)."""
+        return {f.text: f.condition for f in self.flag_items if f.condition}
 
     @property
     def all_sources_resolved(self) -> bool:
@@ -81,13 +94,17 @@ class JitModule:
                 "sources": [s.to_json() for s in self.sources], "flags": [f.to_json() for f in self.flags],
                 "unresolved": [{"kind": k, "reason": r} for k, r in self.unresolved],
                 "alternatives": [a.to_json() for a in self.alternatives],
-                "all_sources_resolved": self.all_sources_resolved}
+                "all_sources_resolved": self.all_sources_resolved,
+                "cuda_cflags": self.cuda_cflags, "flag_items": [f.to_json() for f in self.flag_items],
+                "defines": self.defines, "include_paths": self.include_paths,
+                "hard_coded_archs": self.hard_coded_archs}
 
 
 class JitModel:
     def __init__(self, resolver: Resolver):
         self.r = resolver
         self.ce = ConstEval(resolver)
+        self.fe = FlagEval(resolver, self.ce)
         self._mods: dict[str, JitModule] = {}
 
     def module(self, key: str) -> JitModule | None:
@@ -183,7 +200,108 @@ class JitModel:
             if not any(f.kind in ("arch-list", "hard-coded", "unresolved") for f in found):
                 found.append(FlagSource("no-arch", ctx.mod.path, fl[0].line, _text(ctx, fl[0]), how="no architecture flag found"))
             m.flags.extend(_dedup(found))
+        self._compile_flags(ctx, call, rule, m)
         return m
+
+    def _compile_flags(self, ctx: Ctx, call: N, rule, m: JitModule) -> None:
+        """cuda_cflags, defines, hard-coded archs and include paths of one sink call."""
+        if rule.cuda_flags:
+            items: list[Flag] = []
+            for n in self._arg(call, rule.cuda_flags):
+                items += self.fe.flags(ctx, n)
+            m.flag_items = items
+            m.cuda_cflags = [f.text for f in items]
+            shared: list[Flag] = []
+            for n in self._arg(call, rule.shared_flags):
+                shared += self.fe.flags(ctx, n)
+            valued = unknown_defines(f.text for f in items + shared if f.kind == "unknown")
+            for f in items + shared:
+                if f.kind == "unknown":
+                    # a define whose value is not constant stays defined, its value unknown to the
+                    # preprocessor; any other flag that is not constant may hide a -D: reported
+                    kind = "flags-define-value" if f.text in valued else "flags-unknown"
+                    m.unresolved.append((kind, f"{f.text}: {f.reason}" + (f" (if {f.condition})" if f.condition else "")))
+            known = [f.text for f in items + shared if f.kind == "flag"]
+            m.defines = {**{n: UNKNOWN_VALUE for n in valued.values()}, **defines_of(known)}
+            archs = hard_coded_archs(known)
+            m.hard_coded_archs = archs if archs and not any(f.kind == "arch-list" for f in items) else None
+        for n in self._arg(call, rule.include_paths):
+            v = self.ce.eval(ctx, n)
+            items = flatten_values(v) if not isinstance(v, Unknown) else [v]
+            for it in items:
+                d, why = self._include_dir(it)
+                if d is not None:
+                    if d not in m.include_paths:
+                        m.include_paths.append(d)
+                else:
+                    m.unresolved.append(("include-path", why))
+
+    def flags_via(self, m: JitModule, path: str, line: int) -> JitModule | None:
+        """`m` with the flags that come from parameters of its function bound to the arguments of
+        the call at path:line (the caller on a gate's chain); None when nothing changes."""
+        if not any(f.kind == "unknown" and f.reason.startswith("parameter ") for f in m.flag_items) and not any(
+                k == "include-path" and "parameter" in r for k, r in m.unresolved):
+            return None
+        site = self.r.sinks.get(m.key)
+        fctx = site.ctx if site is not None else None
+        while fctx is not None and fctx.kind != "function":
+            fctx = fctx.parent
+        call, cctx = self._call_at(path, line, fctx.qual.rsplit(".", 1)[-1] if fctx is not None else "")
+        if call is None or fctx is None or call.f["star"]:
+            return None
+        bound = bind_args(fctx, call, cctx, self.r, f"called at {path}:{line}")
+        if not bound:
+            return None
+        out = JitModule(key=m.key, name=m.name, name_resolved=m.name_resolved, rule=m.rule, kind=m.kind, path=m.path,
+                        line=m.line, function=m.function, sources=m.sources, flags=m.flags,
+                        unresolved=[u for u in m.unresolved if not u[0].startswith(("flags-", "include-path"))],
+                        alternatives=m.alternatives)
+        saved = self.fe.bound
+        self.fe.bound = bound
+        try:
+            rule = next(r for r in self.r.rules.sinks if r.id == m.rule)
+            self._compile_flags(site.ctx, site.call, rule, out)
+        finally:
+            self.fe.bound = saved
+        return out
+
+    def _call_at(self, path: str, line: int, short: str):
+        """The call of a function named `short` at path:line, with its scope."""
+        modname = self.r.index.module_of_path.get(path)
+        mctx = self.r.ctx(modname) if modname else None
+        if mctx is None or not short:
+            return None, None
+        best = None
+        src = mctx.mod.parsed.src
+        for q, node in mctx.mod.functions.items():
+            end = node.line + src.count(b"\n", node.sb, node.eb)
+            if node.line <= line <= end and (best is None or node.sb >= best[1].sb):
+                best = (q, node)
+        ctx = self.r.ctx(f"{modname}.{best[0]}") if best else mctx
+        body = ctx.node.f["body"] if ctx is not None and ctx.kind == "function" else mctx.mod.parsed.body
+        for e in walk_exprs(body):
+            if e.k == "call" and e.line <= line:
+                fn = e.f["func"]
+                last = fn.f["attr"] if fn.k == "attr" else fn.f["id"] if fn.k == "name" else ""
+                if last == short and (e.line == line or e.line + src.count(b"\n", e.sb, e.eb) >= line):
+                    return e, ctx
+        return None, None
+
+    def _include_dir(self, item) -> tuple[str | None, str]:
+        src = self.r.index.source
+        if isinstance(item, PathV) and item.rooted:
+            if item.path and src.is_dir(item.path):
+                return item.path, ""
+            return None, f"{item.path}: no such directory in the scan"
+        if isinstance(item, PathV) or (isinstance(item, str) and item.startswith("/")):
+            return None, f"{item.path if isinstance(item, PathV) else item}: absolute path outside the scan"
+        if isinstance(item, str):
+            return None, f"{item}: relative to the working directory at build time"
+        if isinstance(item, Unknown):
+            return None, f"{item.pattern or item.detail or item.reason}: {item}"
+        if item is None:
+            return None, "None in the include path list"
+        return None, f"{item!r}: not a path"
 
     def _source(self, item, root: str) -> SourceFile:
         exists = self.r.index.source.exists

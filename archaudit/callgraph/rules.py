@@ -25,6 +25,8 @@ class SinkRule:
     sources: tuple[ArgSpec, ...] = ()
     inline_sources: tuple[ArgSpec, ...] = ()
     cuda_flags: tuple[ArgSpec, ...] = ()
+    include_paths: tuple[ArgSpec, ...] = ()
+    shared_flags: tuple[ArgSpec, ...] = ()  # host flags the build also passes to nvcc
     source_root: str = ""  # relative source names resolve against this directory (root-relative)
 
 
@@ -61,6 +63,7 @@ def parse_rules(data: dict) -> JitRules:
             base_classes=tuple(s.get("base_classes", ())),
             name=_args(s.get("name")), sources=_args(s.get("sources")),
             inline_sources=_args(s.get("inline_sources")), cuda_flags=_args(s.get("cuda_flags")),
+            include_paths=_args(s.get("include_paths")), shared_flags=_args(s.get("shared_flags")),
             source_root=s.get("source_root", ""),
         ))
     b = data.get("build", {})

@@ -1,0 +1,407 @@
+"""The compile flags a JIT sink call passes, evaluated: `extra_cuda_cflags` as strings, the -D
+defines, the -gencode/-arch targets when hard-coded, and `extra_include_paths` as scan directories.
+
+Flags built under a condition (`*(("-DX",) if is_cuda_version_at_least("12.8") else ())`,
+`if ...: flags += [...]`, a name assigned on several paths) are kept and marked with the condition:
+the verdict asks whether the code *can* run on the target, so a define that some configuration
+passes counts as defined. Whatever is not constant is kept as a pattern with {holes} and reported.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ..parsing.python_ir import N
+from .consteval import Alt, ConstEval, FuncV, ModV, PathV, Unknown, flatten_values
+from .resolve import Ctx, Resolver, iter_stmts
+
+MAX_DEPTH = 24
+MAX_FLAGS = 256
+
+
+@dataclass(frozen=True)
+class Flag:
+    text: str  # the flag, or a pattern with {holes} when not constant
+    kind: str = "flag"  # "flag" | "arch-list" (flags made per target by an arch-flag function) | "unknown"
+    condition: str = ""  # "" when always passed; else the condition(s) under which it is
+    path: str = ""
+    line: int = 0
+    reason: str = ""  # for "unknown": why
+
+    def to_json(self) -> dict:
+        d = {"text": self.text, "kind": self.kind, "path": self.path, "line": self.line}
+        if self.condition:
+            d["condition"] = self.condition
+        if self.reason:
+            d["reason"] = self.reason
+        return d
+
+
+class FlagEval:
+    def __init__(self, resolver: Resolver, ce: ConstEval):
+        self.r = resolver
+        self.ce = ce
+        self._conds: dict[int, dict[int, tuple[str, ...]]] = {}  # id(body) -> id(node) -> conditions
+        # parameters bound to the arguments of one call site: (function, param) -> (ctx, node, condition)
+        self.bound: dict[tuple[str, str], tuple[Ctx, N | None, tuple]] = {}
+
+    # ------------------------------------------------------------------ list of flags
+    def flags(self, ctx: Ctx, n: N) -> list[Flag]:
+        out = self._walk(ctx, n, (), 0, set())
+        return _dedup(out)[:MAX_FLAGS]
+
+    def _walk(self, ctx: Ctx, n: N | None, cond: tuple, depth: int, seen: set) -> list[Flag]:
+        if n is None:
+            return []
+        if depth > MAX_DEPTH:
+            return [self._unknown(ctx, n, cond, "too deep")]
+        k = n.k
+        if k in ("list", "tuple", "set"):
+            out = []
+            for e in n.f["elts"]:
+                out += self._walk(ctx, e.f["value"] if e.k == "starred" else e, cond, depth + 1, seen)
+            return out
+        if k == "ifexp":
+            t = _text(ctx, n.f["test"])
+            return (self._walk(ctx, n.f["body"], cond + (t,), depth + 1, seen)
+                    + self._walk(ctx, n.f["orelse"], cond + (f"not ({t})",), depth + 1, seen))
+        if k == "binop" and n.f["op"] == "+":
+            return self._walk(ctx, n.f["left"], cond, depth + 1, seen) + self._walk(ctx, n.f["right"], cond, depth + 1, seen)
+        if k == "boolop" and n.f["op"] == "or":
+            # `extra_cuda_cflags or []`: the left list when it is non-empty, else the right one
+            t = _text(ctx, n.f["left"])
+            return (self._walk(ctx, n.f["left"], cond, depth + 1, seen)
+                    + self._walk(ctx, n.f["right"], cond + (f"not ({t})",), depth + 1, seen))
+        if k == "name":
+            return self._name(ctx, n.f["id"], n, cond, depth, seen)
+        if k == "attr":
+            base = self.ce.eval(ctx, n.f["value"])
+            if isinstance(base, ModV):
+                mctx = self.r.ctx(base.name)
+                if mctx is not None:
+                    return self._global(mctx, n.f["attr"], n, cond, depth, seen)
+        if k == "call":
+            fn = n.f["func"]
+            last = fn.f["attr"] if fn.k == "attr" else fn.f["id"] if fn.k == "name" else ""
+            if last in self.r.rules.arch_flag_functions:
+                return [Flag(_text(ctx, n), "arch-list", _cond(cond), ctx.mod.path, n.line)]
+            if last in ("list", "tuple", "sorted") and fn.k == "name" and len(n.f["args"]) == 1:
+                return self._walk(ctx, n.f["args"][0], cond, depth + 1, seen)
+            if fn.k == "attr" and last == "copy" and not n.f["args"]:
+                return self._walk(ctx, fn.f["value"], cond, depth + 1, seen)
+            got = self._returns(ctx, n, cond, depth, seen)
+            if got is not None:
+                return got
+        # anything else: the constant evaluator
+        v = self.ce.eval(ctx, n)
+        return self._from_value(ctx, n, v, cond)
+
+    def _returns(self, ctx: Ctx, call: N, cond: tuple, depth: int, seen: set) -> list[Flag] | None:
+        """A scanned function returning flags: its return values, its parameters bound to this call."""
+        fv = self.ce.eval(ctx, call.f["func"])
+        if not isinstance(fv, FuncV) or call.f["star"]:
+            return None
+        fctx = self.r.ctx(fv.qualname)
+        if fctx is None or fctx.kind != "function" or fv.qualname in seen:
+            return None
+        rets = [st for st in iter_stmts(fctx.node.f["body"]) if st.k == "return" and st.f["value"] is not None]
+        if not rets:
+            return None
+        saved = self.bound
+        self.bound = {**saved, **bind_args(fctx, call, ctx, self.r, f"called at {ctx.mod.path}:{call.line}")}
+        try:
+            out = []
+            conds = self._conditions(fctx, fctx.node.f["body"])
+            for st in rets:
+                extra = conds.get(id(st), ())
+                if len(rets) > 1 and not extra:
+                    extra = (f"returned at {fctx.mod.path}:{st.line}",)
+                out += self._walk(fctx, st.f["value"], cond + extra, depth + 1, seen | {fv.qualname})
+            return out
+        finally:
+            self.bound = saved
+
+    def _from_value(self, ctx: Ctx, n: N, v, cond: tuple) -> list[Flag]:
+        if isinstance(v, Alt):
+            out = []
+            for o in v.options:
+                out += self._from_value(ctx, n, o, cond + (f"one of the values of {_text(ctx, n)}",))
+            return out
+        if isinstance(v, str):
+            return [Flag(v, "flag", _cond(cond), ctx.mod.path, n.line)]
+        if isinstance(v, PathV):
+            return [Flag(v.path, "flag", _cond(cond), ctx.mod.path, n.line)]
+        if isinstance(v, (list, tuple)):
+            out = []
+            for x in flatten_values(v):
+                if isinstance(x, Unknown):
+                    out.append(Flag(x.pattern or "{" + _text(ctx, n) + "}", "unknown", _cond(cond), ctx.mod.path, n.line, str(x)))
+                else:
+                    out += self._from_value(ctx, n, x, cond)
+            return out
+        if v is None:
+            return []  # `extra_cuda_cflags=None`, or a placeholder rebound elsewhere
+        if isinstance(v, Unknown):
+            return [Flag(v.pattern or "{" + _text(ctx, n) + "}", "unknown", _cond(cond), ctx.mod.path, n.line, str(v))]
+        return [Flag("{" + _text(ctx, n) + "}", "unknown", _cond(cond), ctx.mod.path, n.line, f"not a flag ({type(v).__name__})")]
+
+    def _unknown(self, ctx: Ctx, n: N, cond: tuple, why: str) -> Flag:
+        return Flag("{" + _text(ctx, n) + "}", "unknown", _cond(cond), ctx.mod.path, n.line, why)
+
+    # ------------------------------------------------------------------ names
+    def _name(self, ctx: Ctx, name: str, n: N, cond: tuple, depth: int, seen: set) -> list[Flag]:
+        c = ctx
+        while c is not None and c.kind != "module":
+            if c.kind == "function":
+                loc = self.r.locals_of(c)
+                if name in loc:
+                    return self._binds(c, name, loc[name], n, cond, depth, seen)
+            c = c.parent
+        mctx = self.r.ctx(ctx.mod.name)
+        if mctx is None:
+            return [self._unknown(ctx, n, cond, "no module")]
+        return self._global(mctx, name, n, cond, depth, seen)
+
+    def _global(self, mctx: Ctx, name: str, n: N, cond: tuple, depth: int, seen: set) -> list[Flag]:
+        binds = self.r.gbind(mctx.mod.name).get(name)
+        if not binds:
+            return self._from_value(mctx, n, self.ce.global_(mctx.mod.name, name, depth), cond)
+        return self._binds(mctx, name, binds, n, cond, depth, seen)
+
+    def _binds(self, c: Ctx, name: str, binds: list, n: N, cond: tuple, depth: int, seen: set) -> list[Flag]:
+        key = (c.qualname, name)
+        if key in seen:
+            return []  # `flags = flags + [...]`: the earlier binding is walked on its own
+        seen = seen | {key}
+        body = c.node.f["body"] if c.kind == "function" else c.mod.parsed.body
+        conds = self._conditions(c, body)
+        assigns = [bd for bd in binds if bd[0] == "assign"]
+        # straight-line reassignments: only the last one reaches the call; several under
+        # conditions: each may
+        plain = [bd for bd in assigns if not conds.get(id(bd[1]))]
+        out: list[Flag] = []
+        for bd in binds:
+            kind = bd[0]
+            if kind == "assign":
+                if bd[1] is None:
+                    continue
+                if len(plain) > 1 and bd in plain and bd is not plain[-1] and not _refers_to(bd, plain, name):
+                    continue
+                extra = conds.get(id(bd[1]), ())
+                out += self._walk(bd[3] or c, bd[1], cond + extra, depth + 1, seen)
+            elif kind == "aug":
+                out += self._walk(c, bd[1], cond + conds.get(id(bd[1]), ()), depth + 1, seen)
+            elif kind == "from":
+                _, absmod, nm = bd[0], bd[1], bd[2]
+                if self.r.index.has_module(absmod) and not self.r.index.has_module(f"{absmod}.{nm}"):
+                    mctx = self.r.ctx(absmod)
+                    if mctx is not None:
+                        out += self._global(mctx, nm, n, cond, depth + 1, seen)
+                        continue
+                out.append(self._unknown(c, n, cond, f"imported from outside the scan: {absmod}.{nm}"))
+            elif kind == "param" and (c.qualname, name) in self.bound:
+                actx, arg, why = self.bound[(c.qualname, name)]
+                out += self._walk(actx, arg, cond + why, depth + 1, seen) if arg is not None else []
+            elif kind == "param":
+                out.append(Flag("{" + name + "}", "unknown", _cond(cond), c.mod.path, n.line,
+                                f"parameter {name} of {c.qualname}"))
+            elif kind in ("def", "class", "import", "import-as"):
+                out.append(self._unknown(c, n, cond, f"{name} is not a list of flags"))
+            else:
+                out.append(self._unknown(c, n, cond, f"{name} bound by {kind}"))
+        # in-place growth in the same scope: flags.append(..) / flags.extend(..) / flags.insert(i, ..)
+        if c.kind == "function":
+            for st, extra in self._mutations(body, name, conds):
+                e = st.f["value"]
+                arg = e.f["args"][-1]
+                out += self._walk(c, arg, cond + extra, depth + 1, seen)
+        return out
+
+    @staticmethod
+    def _mutations(body: list, name: str, conds: dict):
+        for st in _all_stmts(body):
+            if st.k != "expr" or st.f["value"].k != "call":
+                continue
+            e = st.f["value"]
+            f = e.f["func"]
+            if (f.k == "attr" and f.f["attr"] in ("append", "extend", "insert") and f.f["value"].k == "name"
+                    and f.f["value"].f["id"] == name and e.f["args"]):
+                yield st, conds.get(id(st), ())
+
+    def _conditions(self, c: Ctx, body: list) -> dict[int, tuple[str, ...]]:
+        """id(statement or assigned value) -> the tests it sits under (if/elif/else, loops, except)."""
+        got = self._conds.get(id(body))
+        if got is not None:
+            return got
+        got = {}
+
+        def visit(stmts: list, cond: tuple):
+            for st in stmts:
+                if cond:
+                    got[id(st)] = cond
+                    if st.k in ("assign", "augassign") and st.f.get("value") is not None:
+                        got[id(st.f["value"])] = cond
+                k = st.k
+                if k in ("def", "class"):
+                    continue
+                if k == "if":
+                    t = _text(c, st.f["test"])
+                    visit(st.f["body"], cond + (t,))
+                    visit(st.f["orelse"], cond + (f"not ({t})",))
+                elif k in ("for", "while"):
+                    what = f"in the loop at line {st.line}"
+                    visit(st.f["body"], cond + (what,))
+                    visit(st.f["orelse"], cond)
+                elif k == "try":
+                    visit(st.f["body"], cond)
+                    for h in st.f["handlers"]:
+                        visit(h, cond + (f"in an exception handler (line {st.line})",))
+                    visit(st.f["orelse"], cond)
+                    visit(st.f["final"], cond)
+                elif k == "with":
+                    visit(st.f["body"], cond)
+
+        visit(body, ())
+        self._conds[id(body)] = got
+        return got
+
+
+# ---------------------------------------------------------------------- flag parsing
+
+_DEFINE = re.compile(r"^(?:-D|--define-macro=)(?P<name>[A-Za-z_]\w*)(?:=(?P<val>.*))?$")
+_CODE = re.compile(r"(?:^|[,\s])code=\[?(?P<codes>[A-Za-z0-9_,]+)\]?")
+_ARCH = re.compile(r"(?:^|[\s,])(?:-arch|--gpu-architecture|arch)[= ](?P<arch>(?:sm|compute)_\w+)")
+
+
+def tokens(flags: list[str]) -> list[str]:
+    """One list element is one argv element; `-D NAME` / `-gencode arch=..` spelled as two
+    elements are joined into one."""
+    out: list[str] = []
+    i = 0
+    while i < len(flags):
+        f = flags[i]
+        if f in ("-D", "--define-macro", "-gencode", "--generate-code", "-arch", "--gpu-architecture") and i + 1 < len(flags):
+            out.append(f + ("" if f == "-D" else "=") + flags[i + 1])
+            i += 2
+            continue
+        out.append(f)
+        i += 1
+    return out
+
+
+def defines_of(flags: list[str]) -> dict[str, str]:
+    """-DNAME[=VAL] -> {NAME: VAL}; nvcc defines a bare -DNAME as 1. Later definitions win."""
+    out: dict[str, str] = {}
+    for t in tokens(flags):
+        m = _DEFINE.match(t.strip())
+        if m and "{" not in t:
+            out[m.group("name")] = m.group("val") if m.group("val") is not None else "1"
+    return out
+
+
+def hard_coded_archs(flags: list[str]) -> list[str]:
+    """The code targets of hard-coded -gencode / -arch flags (sm_90a, compute_90a), in order."""
+    out: list[str] = []
+    for t in tokens(flags):
+        if "{" in t:
+            continue
+        m = _CODE.search(t)
+        if m and ("gencode" in t or "generate-code" in t or t.startswith("arch=")):
+            out += [c for c in m.group("codes").split(",") if c]
+            continue
+        m = _ARCH.search(t)
+        if m and ("-arch" in t or "--gpu-architecture" in t):
+            out.append(m.group("arch"))
+    return list(dict.fromkeys(out))
+
+
+def unknown_defines(texts) -> dict[str, str]:
+    """Flags `-DNAME=<not constant>` -> {flag text: NAME}."""
+    out = {}
+    for t in texts:
+        m = _DEFINE.match(t.strip())
+        if m and "{" not in m.group("name"):
+            out[t] = m.group("name")
+    return out
+
+
+def bind_args(fctx: Ctx, call: N, cctx: Ctx, r: Resolver, why: str) -> dict:
+    """(function, param) -> (ctx, argument node or default, condition) for one call."""
+    params = fctx.node.f["params"]
+    pos = [p for p in params if p[2] == ""]
+    if pos and fctx.self_name is not None and pos[0][0] == fctx.self_name:
+        pos = pos[1:]
+    kwargs = dict(call.f["kwargs"])
+    out = {}
+    mctx = r.ctx(fctx.mod.name) or fctx
+    for i, (pname, default, kind) in enumerate(pos):
+        if i < len(call.f["args"]):
+            out[(fctx.qualname, pname)] = (cctx, call.f["args"][i], (why,))
+    for pname, default, kind in params:
+        key = (fctx.qualname, pname)
+        if key in out:
+            continue
+        if pname in kwargs:
+            out[key] = (cctx, kwargs[pname], (why,))
+        elif default is not None:
+            out[key] = (mctx, default, ())
+    return out
+
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _refers_to(bd: tuple, plain: list, name: str) -> bool:
+    """Whether a straight-line assignment is read by a later one (`x = [..]; x = x + [..]`)."""
+    i = plain.index(bd)
+    for later in plain[i + 1:]:
+        v = later[1]
+        if v is not None and any(e.k == "name" and e.f["id"] == name for e in _exprs(v)):
+            return True
+    return False
+
+
+def _exprs(n: N):
+    stack = [n]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, N):
+            yield v
+            stack.extend(v.f.values())
+        elif isinstance(v, (list, tuple)):
+            stack.extend(v)
+
+
+def _all_stmts(body: list):
+    for st in body:
+        yield st
+        if st.k in ("def", "class"):
+            continue
+        for key in ("body", "orelse", "final"):
+            sub = st.f.get(key)
+            if isinstance(sub, list):
+                yield from _all_stmts(sub)
+        if st.k == "try":
+            for h in st.f["handlers"]:
+                yield from _all_stmts(h)
+
+
+def _cond(cond: tuple) -> str:
+    return " and ".join(dict.fromkeys(cond))
+
+
+def _dedup(xs: list[Flag]) -> list[Flag]:
+    """One entry per flag text; an unconditional occurrence beats conditional ones."""
+    best: dict[str, Flag] = {}
+    for f in xs:
+        prev = best.get(f.text)
+        if prev is None or (prev.condition and not f.condition):
+            best[f.text] = f
+    order = list(dict.fromkeys(f.text for f in xs))
+    return [best[t] for t in order]
+
+
+def _text(ctx: Ctx, n: N) -> str:
+    t = " ".join(ctx.mod.parsed.text(n).split())
+    return t if len(t) <= 100 else t[:97] + "..."
