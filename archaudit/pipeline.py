@@ -113,6 +113,19 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def _adapt_progress(progress) -> Progress:
+    """Callbacks that take only the message still work (counts are dropped for them)."""
+    if progress is None:
+        return lambda msg, done=None, total=None: None
+    import inspect
+
+    try:
+        inspect.signature(progress).bind("", 0, 0)
+        return progress
+    except (TypeError, ValueError):
+        return lambda msg, done=None, total=None: progress(msg)
+
+
 def _open_cache(cache) -> Cache | None:
     if cache is None or cache is False:
         return None
@@ -130,7 +143,7 @@ def scan(path, targets: list[TargetRequest] | None = None, reg: Registry | None 
 
     reg = reg or registry()
     t0 = time.perf_counter()
-    say = progress or (lambda msg, done=None, total=None: None)
+    say = _adapt_progress(progress)
     workers = default_workers() if workers is None else max(1, int(workers))
     source = open_source(path)
     say(f"listing {source.label}")
