@@ -322,7 +322,9 @@ def _injected_defines(rule_id: str) -> dict[str, str]:
         if r.get("id") == rule_id:
             return dict(r.get("injects_defines", {}))
     return {}
-NON_BLOCKING = ("include-path", "flags-define-value")
+
+
+NON_BLOCKING = ("include-path", "flags-define-value", "flags-arch")
 
 
 def behind_from_callgraph(analysis) -> BehindFn:

@@ -92,6 +92,17 @@ def test_module_ref_carries_defines_and_include_roots(fx):
                        "include-path: {JITPKG_WORKSPACE}/generated: environment: JITPKG_WORKSPACE"]
 
 
+def test_comprehension_and_arch_flags_with_holes(fx):
+    m = mod(fx, "comp_flags")
+    # `list(dict.fromkeys(arch + [f.replace(..) for f in base if f[1] == "D"]))`
+    assert m.cuda_cflags == ["-gencode=arch=compute_{major}{minor},code=sm_{major}{minor}", "-DJITPKG_X_A", "-DJITPKG_X_B"]
+    assert m.defines == {"JITPKG_X_A": "1", "JITPKG_X_B": "1"}
+    # an architecture flag with holes selects targets, it cannot define a macro: a note, not a block;
+    # the targets are not known, so no hard-coded list is claimed
+    assert m.hard_coded_archs is None
+    assert m.unresolved == [("flags-arch", "-gencode=arch=compute_{major}{minor},code=sm_{major}{minor}: unpack: major")]
+
+
 def test_flag_parsing_units():
     assert defines_of(["-DA", "-D", "B=2", "--define-macro=C=x y", "-DE={v}", "-UF", "-DA=3"]) == {
         "A": "3", "B": "2", "C": "x y"}

@@ -294,11 +294,31 @@ class ConstEval:
             return self._subscript(base, idx, ctx, n)
         if k == "call":
             return self._call(ctx, n, env, depth)
+        if k == "compare":
+            return self._compare(ctx, n, env, depth)
         if k == "ifexp":
             a = self.eval(ctx, n.f["body"], env, depth + 1)
             b = self.eval(ctx, n.f["orelse"], env, depth + 1)
             return a if _key(a) == _key(b) else Alt((a, b))
         return Unknown("unsupported-expression", _short(ctx, n))
+
+    def _compare(self, ctx: Ctx, n: N, env: dict, depth: int):
+        """`a == b`, `x in (..)` on constants (chains too); anything else is Unknown."""
+        vals = [self.eval(ctx, o, env, depth + 1) for o in n.f["operands"]]
+        if any(not isinstance(v, (str, int, float, tuple, list)) for v in vals):
+            return Unknown("comparison", _short(ctx, n))
+        fns = {"==": lambda a, b: a == b, "!=": lambda a, b: a != b, "in": lambda a, b: a in b,
+               "not in": lambda a, b: a not in b}
+        for op, a, b in zip(n.f["ops"], vals, vals[1:]):
+            f = fns.get(" ".join(op.split()))
+            if f is None:
+                return Unknown("comparison", _short(ctx, n))
+            try:
+                if not f(a, b):
+                    return False
+            except TypeError:
+                return Unknown("comparison", _short(ctx, n))
+        return True
 
     def _comp(self, ctx: Ctx, n: N, env: dict, depth: int):
         if n.f.get("kind") == "dict" or n.f.get("body") is None:
@@ -440,6 +460,11 @@ class ConstEval:
                     return recv.join(args[0])
                 if m in ("lower", "upper", "strip"):
                     return getattr(recv, m)()
+                if m in ("replace", "startswith", "endswith") and args and all(isinstance(a, str) for a in args) and not kwargs:
+                    try:
+                        return getattr(recv, m)(*args)
+                    except TypeError:
+                        return Unknown("runtime-call", f"str.{m}()")
                 return Unknown("runtime-call", f"str.{m}()")
             if isinstance(recv, dict) and m in ("items", "keys", "values"):
                 return {"keys": lambda: list(recv), "values": lambda: list(recv.values()),

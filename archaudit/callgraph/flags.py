@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 
 from ..parsing.python_ir import N
-from .consteval import Alt, ConstEval, FuncV, ModV, PathV, Unknown, flatten_values
+from .consteval import Alt, ConstEval, FuncV, ModV, PathV, Unknown, _assign as assign, _dotted, flatten_values
 from .resolve import Ctx, Resolver, iter_stmts
 
 MAX_DEPTH = 24
@@ -72,6 +72,10 @@ class FlagEval:
             t = _text(ctx, n.f["left"])
             return (self._walk(ctx, n.f["left"], cond, depth + 1, seen)
                     + self._walk(ctx, n.f["right"], cond + (f"not ({t})",), depth + 1, seen))
+        if k == "comp" and n.f.get("body") is not None and n.f.get("kind") != "dict":
+            got = self._comp(ctx, n, cond, depth, seen)
+            if got is not None:
+                return got
         if k == "name":
             return self._name(ctx, n.f["id"], n, cond, depth, seen)
         if k == "attr":
@@ -85,8 +89,9 @@ class FlagEval:
             last = fn.f["attr"] if fn.k == "attr" else fn.f["id"] if fn.k == "name" else ""
             if last in self.r.rules.arch_flag_functions:
                 return [Flag(_text(ctx, n), "arch-list", _cond(cond), ctx.mod.path, n.line)]
-            if last in ("list", "tuple", "sorted") and fn.k == "name" and len(n.f["args"]) == 1:
-                return self._walk(ctx, n.f["args"][0], cond, depth + 1, seen)
+            if len(n.f["args"]) == 1 and (fn.k == "name" and last in ("list", "tuple", "sorted", "set")
+                                          or _dotted(fn) == "dict.fromkeys"):
+                return self._walk(ctx, n.f["args"][0], cond, depth + 1, seen)  # same flags, deduplicated or not
             if fn.k == "attr" and last == "copy" and not n.f["args"]:
                 return self._walk(ctx, fn.f["value"], cond, depth + 1, seen)
             got = self._returns(ctx, n, cond, depth, seen)
@@ -95,6 +100,39 @@ class FlagEval:
         # anything else: the constant evaluator
         v = self.ce.eval(ctx, n)
         return self._from_value(ctx, n, v, cond)
+
+    def _comp(self, ctx: Ctx, n: N, cond: tuple, depth: int, seen: set) -> list[Flag] | None:
+        """`[f(x) for x in flags if ...]`: the body for each flag of the iterable (walked as flags)."""
+        v = self.ce.eval(ctx, n)
+        if isinstance(v, (list, tuple)) and not any(isinstance(x, (Unknown, Alt)) for x in flatten_values(v)):
+            return self._from_value(ctx, n, v, cond)
+        fors = [g for g in n.f["gens"] if g[0] == "for"]
+        tests = [g[1] for g in n.f["gens"] if g[0] == "if"]
+        if len(fors) != 1:
+            return None
+        _, target, it = fors[0]
+        body = n.f["body"]
+        out: list[Flag] = []
+        for item in self._walk(ctx, it, cond, depth + 1, seen):
+            env: dict = {}
+            if item.kind == "flag":
+                assign(target, item.text, env)
+            elif body.k == "name" and target.k == "name" and body.f["id"] == target.f["id"] and not tests:
+                out.append(item)  # the items themselves (arch-list flags kept as they are)
+                continue
+            else:
+                assign(target, Unknown("loop-variable", f"over {item.text}"), env)
+            extra = tuple(dict.fromkeys(c for c in item.condition.split(" and ") if c)) if item.condition else ()
+            keep = True
+            for t in tests:
+                tv = self.ce.eval(ctx, t, env)
+                if tv is False or tv == 0:
+                    keep = False
+                elif not isinstance(tv, bool) or not tv:
+                    extra += (_text(ctx, t),)
+            if keep:
+                out += self._from_value(ctx, body, self.ce.eval(ctx, body, env), cond + extra)
+        return out
 
     def _returns(self, ctx: Ctx, call: N, cond: tuple, depth: int, seen: set) -> list[Flag] | None:
         """A scanned function returning flags: its return values, its parameters bound to this call."""
@@ -313,6 +351,14 @@ def hard_coded_archs(flags: list[str]) -> list[str]:
         if m and ("-arch" in t or "--gpu-architecture" in t):
             out.append(m.group("arch"))
     return list(dict.fromkeys(out))
+
+
+ARCH_FLAG_PREFIXES = ("-gencode", "--generate-code", "-arch", "--gpu-architecture", "arch=")
+
+
+def is_arch_flag(text: str) -> bool:
+    """An architecture flag (possibly with holes): it selects targets, it cannot define a macro."""
+    return text.startswith(ARCH_FLAG_PREFIXES)
 
 
 def unknown_defines(texts) -> dict[str, str]:

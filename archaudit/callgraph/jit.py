@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from ..cuda.preproc import _UNKNOWN_VALUE as UNKNOWN_VALUE
 from ..parsing.python_ir import N
 from .consteval import Alt, ConstEval, PathV, Unknown, flatten_values
-from .flags import Flag, FlagEval, bind_args, defines_of, hard_coded_archs, unknown_defines
+from .flags import Flag, FlagEval, bind_args, defines_of, hard_coded_archs, is_arch_flag, unknown_defines
 from .resolve import Ctx, Resolver, SinkSite, iter_stmts, walk_exprs
 from .rules import ArgSpec
 
@@ -215,16 +215,21 @@ class JitModel:
             for n in self._arg(call, rule.shared_flags):
                 shared += self.fe.flags(ctx, n)
             valued = unknown_defines(f.text for f in items + shared if f.kind == "unknown")
+            arch_unknown = False
             for f in items + shared:
                 if f.kind == "unknown":
                     # a define whose value is not constant stays defined, its value unknown to the
-                    # preprocessor; any other flag that is not constant may hide a -D: reported
-                    kind = "flags-define-value" if f.text in valued else "flags-unknown"
+                    # preprocessor; an architecture flag with holes selects targets only; any other
+                    # flag that is not constant may hide a -D: reported, and blocks the judgement
+                    kind = ("flags-define-value" if f.text in valued else "flags-arch" if is_arch_flag(f.text)
+                            else "flags-unknown")
+                    arch_unknown |= kind == "flags-arch"
                     m.unresolved.append((kind, f"{f.text}: {f.reason}" + (f" (if {f.condition})" if f.condition else "")))
             known = [f.text for f in items + shared if f.kind == "flag"]
             m.defines = {**{n: UNKNOWN_VALUE for n in valued.values()}, **defines_of(known)}
             archs = hard_coded_archs(known)
-            m.hard_coded_archs = archs if archs and not any(f.kind == "arch-list" for f in items) else None
+            m.hard_coded_archs = (archs if archs and not arch_unknown and not any(f.kind == "arch-list" for f in items)
+                                  else None)
         for n in self._arg(call, rule.include_paths):
             v = self.ce.eval(ctx, n)
             items = flatten_values(v) if not isinstance(v, Unknown) else [v]
