@@ -41,24 +41,16 @@ def scan(path, targets, fmt, output, quiet, baseline_file, fail_on, repo_root, s
     """Scan a site-packages directory, a source tree or a wheel (default: this Python's site-packages)."""
     from rich.console import Console
 
-    from .pipeline import scan as run_scan
+    from .cli_common import scan_with_progress
     from .report.jsonout import to_json
     from .report.text import render_table, render_text
-    from .sources import SourceError
     from .targets import registry
 
     ci = cli_ci.ScanCI(fmt, output, baseline_file, fail_on, repo_root, sarif_inventory)
     reqs = ci.targets(parse_targets(targets))
     ci.check(reqs)
     reg = registry()
-    from .progress import scan_progress
-
-    err = Console(stderr=True)
-    try:
-        with scan_progress(err, enabled=not quiet and err.is_terminal) as progress:
-            result = run_scan(path, reqs, reg, progress=progress, cache=not no_cache, workers=workers)
-    except SourceError as e:
-        raise click.UsageError(str(e)) from None
+    result = scan_with_progress(path, reqs, reg, quiet, cache=not no_cache, workers=workers)
     result = ci.apply(result, reg)  # SARIF is written here
     if fmt == "sarif":
         text = None

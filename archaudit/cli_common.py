@@ -4,29 +4,21 @@ from __future__ import annotations
 import click
 
 
-def scan_with_progress(path, reqs, reg, quiet: bool):
-    """Run the pipeline with a status line on stderr (only on a terminal, never with --quiet)."""
+def scan_with_progress(path, reqs, reg, quiet: bool, **scan_options):
+    """Run the pipeline with a progress bar on stderr (only on a terminal, never with --quiet);
+    an unreadable PATH is a usage error."""
     from rich.console import Console
 
     from .pipeline import scan as run_scan
+    from .progress import scan_progress
     from .sources import SourceError
 
     err = Console(stderr=True)
-    status = err.status("scanning") if (not quiet and err.is_terminal) else None
-
-    def progress(msg: str, *_counts) -> None:
-        if status is not None:
-            status.update(msg)
-
     try:
-        if status is not None:
-            status.start()
-        return run_scan(path, reqs, reg, progress=progress)
+        with scan_progress(err, enabled=not quiet and err.is_terminal) as progress:
+            return run_scan(path, reqs, reg, progress=progress, **scan_options)
     except SourceError as e:
         raise click.UsageError(str(e)) from None
-    finally:
-        if status is not None:
-            status.stop()
 
 
 def write_output(text: str, output: str | None) -> None:

@@ -456,10 +456,9 @@ def _through_config_keys(analysis, gate: Gate):
     for key, line in sorted(keys.items()):
         reader = re.compile(rb"(?:\.|[\"'])" + re.escape(key.encode()) + rb"\b(?![\"']\s*:)(?!\s*=[^=])")
         sites = []
-        for modname, path in sorted(analysis.index.path_of.items()):
+        for modname in analysis.graph.modules_naming(key):
+            path = analysis.index.path_of[modname]
             data = analysis.index.source_bytes(modname)
-            if key.encode() not in data:
-                continue
             for m in reader.finditer(data):
                 ln = data.count(b"\n", 0, m.start()) + 1
                 if (path, ln) != (gate.path, gate.line):

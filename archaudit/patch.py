@@ -167,12 +167,12 @@ class Patcher:
         return (after.resolved and not new_rules and gpu.name in after.admits
                 and set(before.admits) <= set(after.admits) and added <= same_major)
 
-    def _same_shape(self, gate: Gate, name: str, cand: str) -> bool:
-        """A bare-name candidate must be bound in the gate's module and, when both are plain
+    def _same_shape(self, path: str, name: str, cand: str) -> bool:
+        """A bare-name candidate must be bound in the module at `path` and, when both are plain
         functions, take the same required arguments as the name it stands beside."""
         if self.binding is None:
             return True
-        modname = self.index.module_of_path.get(gate.path)
+        modname = self.index.module_of_path.get(path)
         new = self.binding(modname, cand) if modname else None
         if new is None:
             return False
@@ -265,7 +265,6 @@ class Patcher:
 
     def _expr_edits(self, path: str, text: str, start: int, end: int, expr: ast.expr, gpu: Gpu,
                     with_fallback: bool = True) -> list[tuple[str, str, str]]:
-        gate = Gate(path, 0, 0, "", "", "", frozenset(), "")  # where the edit goes
         src = "(" + text[start:end] + "\n)"
         out = []
         callees = {id(n.func) for n in ast.walk(expr) if isinstance(n, ast.Call)}
@@ -280,14 +279,14 @@ class Patcher:
             atom_src = src[lo:hi]
             c_lo, c_hi = _node_span(src, core)
             for cand in _candidates(name, gpu):
-                if isinstance(core, ast.Name) and not self._same_shape(gate, name, cand):
+                if isinstance(core, ast.Name) and not self._same_shape(path, name, cand):
                     continue
                 core_src = src[c_lo:c_hi]
                 new_atom = atom_src[:c_lo - lo] + core_src[: len(core_src) - len(name)] + cand + atom_src[c_hi - lo:]
                 if new_atom in seen:
                     continue
                 seen.add(new_atom)
-                out.append(self._or_edit(text, start, src, expr, atom, new_atom, gate))
+                out.append(self._or_edit(path, text, start, src, expr, atom, new_atom))
         # `major in (9, 10)`: the target's major joins the literal
         for n in ast.walk(expr):
             if (isinstance(n, ast.Compare) and len(n.ops) == 1 and isinstance(n.ops[0], ast.In)
@@ -296,14 +295,14 @@ class Patcher:
                 new_list = _insert_major(src[lo:hi], gpu.major)
                 if new_list is not None:
                     a, b = start + lo - 1, start + hi - 1
-                    out.append((gate.path, text[:a] + new_list + text[b:], f"add {gpu.major} to {src[lo:hi]}"))
+                    out.append((path, text[:a] + new_list + text[b:], f"add {gpu.major} to {src[lo:hi]}"))
         # an explicit capability test, when the module has torch at hand
         if with_fallback and re.search(r"^\s*import torch\b", text, re.M) and atoms:
             test = f"torch.cuda.get_device_capability()[0] == {gpu.major}"
-            out.append(self._or_edit(text, start, src, expr, atoms[-1], test, gate))
+            out.append(self._or_edit(path, text, start, src, expr, atoms[-1], test))
         return [e for e in out if e is not None]
 
-    def _or_edit(self, text, start, src, expr, atom, new_atom, gate):
+    def _or_edit(self, path, text, start, src, expr, atom, new_atom):
         """`... atom ...` -> `... atom or new_atom ...`, parenthesised unless atom is already an
         operand of an `or`."""
         parent = _parent_of(expr, atom)
@@ -313,7 +312,7 @@ class Patcher:
         else:
             repl = f"({src[lo:hi]} or {new_atom})"
         a, b = start + lo - 1, start + hi - 1  # src starts with "("
-        return (gate.path, text[:a] + repl + text[b:], f"extend `{src[lo:hi]}` with `{new_atom}`")
+        return (path, text[:a] + repl + text[b:], f"extend `{src[lo:hi]}` with `{new_atom}`")
 
 
 def _parent_of(root: ast.AST, child: ast.AST) -> ast.AST | None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from ..model import Link
-from ..parsing.python_ir import N
+from ..parsing.python_ir import N, dotted_name
 from ..ruledata import load_rule
 
 MAX_DEPTH = 6  # symbolic resolution of an artifact expression
@@ -117,15 +117,7 @@ def _walk(nodes, into_defs: bool = False):
 
 
 def _dotted(n: N | None) -> str | None:
-    if n is None:
-        return None
-    if n.k == "name":
-        return n.f["id"]
-    if n.k == "attr":
-        base = _dotted(n.f["value"])
-        return f"{base}.{n.f['attr']}" if base else None
-    return None
-
+    return dotted_name(n) or None
 
 # ------------------------------------------------------------------------------------ the finder
 class _Finder:

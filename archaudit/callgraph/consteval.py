@@ -13,7 +13,7 @@ import itertools
 import posixpath
 from dataclasses import dataclass
 
-from ..parsing.python_ir import N
+from ..parsing.python_ir import N, dotted_name
 from .resolve import Ctx, Resolver, iter_stmts
 
 MAX_DEPTH = 30
@@ -650,15 +650,7 @@ def _stmts_with_loops(body: list, loops: tuple):
                 yield from _stmts_with_loops(h, loops)
 
 
-def _dotted(n: N) -> str:
-    parts = []
-    while n.k == "attr":
-        parts.append(n.f["attr"])
-        n = n.f["value"]
-    if n.k != "name":
-        return ""
-    parts.append(n.f["id"])
-    return ".".join(reversed(parts))
+_dotted = dotted_name
 
 
 def _short(ctx: Ctx, n: N) -> str:

@@ -12,7 +12,7 @@ import builtins
 import re
 from dataclasses import dataclass
 
-from ..parsing.python_ir import N
+from ..parsing.python_ir import N, dotted_name
 from ..python.index import Index, ModuleInfo, flatten_top
 from .rules import JitRules, SinkRule, jit_rules
 
@@ -569,16 +569,7 @@ class Resolver:
                 how = how + ("decorator",)
         return Ref("function", qn, how)
 
-    @staticmethod
-    def _dotted_text(n: N) -> str:
-        parts = []
-        while n.k == "attr":
-            parts.append(n.f["attr"])
-            n = n.f["value"]
-        if n.k != "name":
-            return ""
-        parts.append(n.f["id"])
-        return ".".join(reversed(parts))
+    _dotted_text = staticmethod(dotted_name)
 
     def dotted(self, ctx: Ctx, dotted: str, depth: int = 0) -> tuple:
         parts = dotted.split(".")

@@ -657,3 +657,15 @@ def _unescape(s: str) -> str:
 # deep expressions: the converter recurses; give it room but keep a hard cap above
 if sys.getrecursionlimit() < 5000:
     sys.setrecursionlimit(5000)
+
+
+def dotted_name(n: N | None) -> str:
+    """"a.b.c" for a chain of names and attributes, "" for anything else."""
+    parts = []
+    while n is not None and n.k == "attr":
+        parts.append(n.f["attr"])
+        n = n.f["value"]
+    if n is None or n.k != "name":
+        return ""
+    parts.append(n.f["id"])
+    return ".".join(reversed(parts))
