@@ -19,9 +19,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from .model import (BINARY_ONLY, HARDWARE_BOUND, PARTIAL, SOFTWARE_ONLY, UNRESOLVED, Evidence, Finding, Gate,
+from .model import (BINARY_ONLY, HARDWARE_BOUND, PARTIAL, SOFTWARE_ONLY, UNRESOLVED, Diagnostic, Evidence, Finding, Gate,
                     Kernel, Link, ModuleVerdict)
 from .targets import CompileTarget, Gpu, Registry
+
+# TU diagnostics a scan reports as problems of the input (archaudit.cuda.tu.INPUT_PROBLEMS less the
+# read failures, which the Source reports itself)
+PREPROCESSOR_PROBLEMS = frozenset(("unbalanced-conditional", "include-cycle", "expansion-limit", "expression-depth"))
 
 
 @dataclass
@@ -69,6 +73,12 @@ class TuCache:
         if r is None:
             r = self._got[key] = self.project.analyse_tu(src, ct, list(roots) or None, defines or None)
         return r
+
+    def input_problems(self) -> list[Diagnostic]:
+        """Problems in the sources analysed so far that make nvcc reject a TU or never finish it
+        (the files themselves; unreadable and binary files are reported by the Source)."""
+        out = {d for r in self._got.values() for d in r.diagnostics if d.kind in PREPROCESSOR_PROBLEMS}
+        return sorted(out)
 
 
 @dataclass

@@ -198,11 +198,12 @@ def scan(path, targets: list[TargetRequest] | None = None, reg: Registry | None 
     gates = sorted(gscan.gates + cpp_gates, key=Gate.sort_key)
     findings: list[Finding] = []
     patcher = None
+    tu_problems: list[Diagnostic] = []  # sources a JIT module compiles that nvcc would reject
     # the IR memory bound is proven exact for the gate scan only (tests/test_perf.py); the call
     # graph and the patcher keep their own references to modules, so nothing is evicted now
     index.ir_budget = None
     if targets:
-        findings, patcher = run_with_big_stack(
+        findings, patcher, tu_problems = run_with_big_stack(
             lambda: judge_scan(source, files, index, gates, targets, reg, path_based, say))
     budget = [
         Diagnostic(index.path_of.get(m, m), "analysis-budget",
@@ -214,7 +215,7 @@ def scan(path, targets: list[TargetRequest] | None = None, reg: Registry | None 
     for p in py_files:
         if p not in index._bytes and p.endswith(".py"):
             source.read(p)
-    diags = sorted(set(source.diagnostics) | set(index.diagnostics) | set(budget))
+    diags = sorted(set(source.diagnostics) | set(index.diagnostics) | set(budget) | set(tu_problems))
     stats = {
         "files": len(files),
         "python_files": len(py_files),
@@ -351,4 +352,6 @@ def judge_scan(source: Source, files: list[str], index: Index, gates: list[Gate]
     patcher = Patcher(source, index, reg, lambda s, g: reevaluate_gate(s, g, reg, py_files, path_based),
                       module_binding(index, reg))
     pairs = [(t.gpu, reg.compile_target(t)) for t in targets]
-    return judge_gates(gates, pairs, behind, TuCache(project), patcher, progress=say), patcher
+    tus = TuCache(project)
+    findings = judge_gates(gates, pairs, behind, tus, patcher, progress=say)
+    return findings, patcher, tus.input_problems()

@@ -61,6 +61,7 @@ class Source:
     def __init__(self) -> None:
         self.diagnostics: list[Diagnostic] = []
         self._seen: set[Diagnostic] = set()
+        self._screened: set[str] = set()  # C/C++ files whose #if structure was checked
 
     def files(self) -> list[str]:
         raise NotImplementedError
@@ -81,6 +82,12 @@ class Source:
             if why is not None:
                 self.diag(rel, "binary-file", f"{why}; not C/C++ source, skipped")
                 return None
+            if rel not in self._screened:
+                self._screened.add(rel)
+                from .cuda.preproc import unbalanced_conditionals, unbalanced_message
+
+                for line, msg in unbalanced_conditionals(data):
+                    self.diag(rel, "unbalanced-conditional", unbalanced_message(msg), line=line)
         return data
 
     def _read_bytes(self, rel: str) -> bytes | None:
@@ -92,8 +99,8 @@ class Source:
     def is_dir(self, rel: str) -> bool:
         raise NotImplementedError
 
-    def diag(self, path: str, kind: str, message: str, severity: str = "warning") -> None:
-        d = Diagnostic(path, kind, message, severity=severity)
+    def diag(self, path: str, kind: str, message: str, severity: str = "warning", line: int | None = None) -> None:
+        d = Diagnostic(path, kind, message, line=line, severity=severity)
         if d not in self._seen:  # a file read twice is reported once
             self._seen.add(d)
             self.diagnostics.append(d)

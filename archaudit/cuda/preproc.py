@@ -312,6 +312,27 @@ def build_program(sc: Scan) -> Program:
     return prog
 
 
+def unbalanced_conditionals(data: bytes) -> list[tuple[int, str]]:
+    """(line, message) for every #if/#else/#endif out of place in one file, without includes.
+
+    A scan reads every C/C++ file but preprocesses only the translation units a JIT module
+    reaches, so this is the check every other file gets. Counting directive spellings runs at
+    memchr speed and only files whose counts differ are lexed (comments and strings skipped);
+    a file whose counts balance by accident (an #if inside a comment) is not reported here,
+    but is reported as soon as a TU that includes it is preprocessed."""
+    opens = data.count(b"#if") + data.count(b"# if")
+    closes = data.count(b"#endif") + data.count(b"# endif")
+    if opens == closes:
+        return []
+    from ..parsing import cpp
+
+    return list(build_program(cpp.scan(data)).problems)
+
+
+def unbalanced_message(msg: str) -> str:
+    return f"{msg}; nvcc rejects this file"
+
+
 def _first_word(text: str) -> str:
     m = re.match(r"\s*([A-Za-z_]\w*)", text)
     return m.group(1) if m else ""
@@ -1169,7 +1190,7 @@ class Preprocessor:
         if path not in res.states:
             self.pkg_names |= prog.defines
             for line, msg in prog.problems:
-                res.diagnostics.append(Diagnostic(path, "unbalanced-conditional", f"{msg}; nvcc rejects this file", line))
+                res.diagnostics.append(Diagnostic(path, "unbalanced-conditional", unbalanced_message(msg), line))
             res.files.append(path)
             res.states[path] = [False] * len(prog.region_parent)
             res.taints[path] = [False] * len(prog.region_parent)

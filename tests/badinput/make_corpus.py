@@ -97,9 +97,11 @@ def build_tree(dest: Path, huge: bool = True) -> list[Bad]:
     _w(pkg / os.fsdecode(b"bad\xffname.py"), TRIGGER)
     out.append(Bad("badpkg/bad\\xffname.py", "a file name that is not UTF-8", "bad-filename", "fs"))
 
-    # CUDA/C++: read by `archaudit cuda` and the runtime-check scanner, not by `scan` (no JIT
-    # module reaches them)
+    # CUDA/C++: every C/C++ file of a scan is read (runtime checks, the #if balance screen); the
+    # sources of a JIT module behind a gate are also preprocessed for each target, which is where
+    # include cycles and expansion bombs show. A hostile package's JIT module compiles them all.
     cs = pkg / "csrc"
+    _w(pkg / "kernels.py", BAD_JIT_MODULE)
 
     def cu(name: str, data: bytes | str, what: str, kind: str | None) -> None:
         _w(cs / name, data)
@@ -134,6 +136,33 @@ def build_tree(dest: Path, huge: bool = True) -> list[Bad]:
 
 
 # --- wheels --------------------------------------------------------------------------------------
+
+# A JIT module, gated on Hopper, that compiles every bad .cu of the corpus (the fixture packages'
+# pattern: flashinfer's gen_jit_spec and get_nvcc_flags_list(supported_major_versions=...)).
+BAD_JIT_MODULE = """import pathlib
+
+import torch
+
+CSRC = pathlib.Path(__file__).resolve().parent / "csrc"
+
+
+def get_nvcc_flags_list(supported_major_versions=None):
+    major, minor = torch.cuda.get_device_capability()
+    if supported_major_versions is not None and major not in supported_major_versions:
+        raise RuntimeError("no supported architecture")
+    return [f"-gencode=arch=compute_{major}{minor}a,code=sm_{major}{minor}a"]
+
+
+def gen_jit_spec(name, sources, extra_cuda_cflags=None):
+    raise NotImplementedError("never built")
+
+
+def gen_bad_module():
+    flags = get_nvcc_flags_list(supported_major_versions=[9])
+    names = ["unbalanced_if.cu", "stray_endif.cu", "include_cycle.cu", "self_macro.cu", "macro_bomb.cu",
+             "deep_if.cu", "nested_args.cu", "random.cu", "empty.cu"]
+    return gen_jit_spec("badpkg_kernels", [CSRC / n for n in names], extra_cuda_cflags=flags)
+"""
 
 GOOD_MODULE = ("import torch\n\n\ndef pick():\n    if torch.cuda.get_device_capability()[0] == 9:\n"
                "        return 'hopper'\n    return 'generic'\n")
