@@ -12,6 +12,9 @@ from conftest import FIXTURES
 
 ROOT = FIXTURES / "callgraph"
 F = "jitpkg/jit/flagged.py"
+# what jitpkg's gen_jit_spec passes to every module itself (rules/jit.toml own_flags); its
+# -DJITPKG_DEBUG_DEFAULT is conditional and not counted
+DEFAULTS = {"JITPKG_ENABLE_F16": "1", "JITPKG_ENABLE_FP8": "1"}
 
 
 @pytest.fixture(scope="module")
@@ -34,12 +37,12 @@ def test_hopper_flags_defines_and_include_paths(fx):
         "-gencode=arch=compute_90a,code=sm_90a", "-DJITPKG_SM90", "-DJITPKG_COMMON", "-DJITPKG_LEVEL=2",
         "-DJITPKG_HOPPER_PATH", "-DJITPKG_NEW_CUDA", "-D", "JITPKG_SPLIT=1", "-DJITPKG_DEBUG_TRACE=2"]
     assert [(f.text, f.path, f.line) for f in m.flag_items][:2] == [
-        ("-gencode=arch=compute_90a,code=sm_90a", "jitpkg/jit/core.py", 21), ("-DJITPKG_SM90", "jitpkg/jit/core.py", 27)]
+        ("-gencode=arch=compute_90a,code=sm_90a", "jitpkg/jit/core.py", 21), ("-DJITPKG_SM90", "jitpkg/jit/core.py", 33)]
     # conditional flags count as passed (the code *can* be built so), marked with the condition
     assert m.conditional_flags == {"-DJITPKG_NEW_CUDA": 'cuda_version_at_least("12.8")',
                                    "-DJITPKG_DEBUG_TRACE=2": 'os.environ.get("JITPKG_DEBUG") == "1"'}
     # extra_cflags go to the host compiler only: -DJITPKG_HOST_ONLY is not a device define
-    assert m.defines == {"JITPKG_SM90": "1", "JITPKG_COMMON": "1", "JITPKG_LEVEL": "2", "JITPKG_HOPPER_PATH": "1",
+    assert m.defines == {**DEFAULTS, "JITPKG_SM90": "1", "JITPKG_COMMON": "1", "JITPKG_LEVEL": "2", "JITPKG_HOPPER_PATH": "1",
                          "JITPKG_NEW_CUDA": "1", "JITPKG_SPLIT": "1", "JITPKG_DEBUG_TRACE": "2"}
     assert m.hard_coded_archs == ["sm_90a"]
     assert m.include_paths == ["jitpkg/data/csrc", "jitpkg/data/include"]
@@ -57,7 +60,7 @@ def test_arch_list_flags_and_define_values_from_parameters(fx):
         ("unknown", "-DJITPKG_HEAD={tile * 2}")]
     assert m.hard_coded_archs is None  # the architectures come from the arch list
     # defined, value not constant: the preprocessor's unknown value
-    assert m.defines == {"JITPKG_TILE": _UNKNOWN_VALUE, "JITPKG_HEAD": _UNKNOWN_VALUE, "JITPKG_ARCH_LIST": "1",
+    assert m.defines == {**DEFAULTS, "JITPKG_TILE": _UNKNOWN_VALUE, "JITPKG_HEAD": _UNKNOWN_VALUE, "JITPKG_ARCH_LIST": "1",
                          "JITPKG_TILED": "1"}
     assert m.unresolved == [("flags-define-value", "-DJITPKG_TILE={tile}: parameter: tile"),
                             ("flags-define-value", "-DJITPKG_HEAD={tile * 2}: parameter: tile")]
@@ -65,7 +68,7 @@ def test_arch_list_flags_and_define_values_from_parameters(fx):
 
 def test_flags_from_a_parameter_bound_at_the_gates_call(fx):
     m = mod(fx, "param_flags_{name}")
-    assert m.defines == {"JITPKG_COMMON": "1", "JITPKG_LEVEL": "2"}
+    assert m.defines == {**DEFAULTS, "JITPKG_COMMON": "1", "JITPKG_LEVEL": "2"}
     assert ("flags-unknown", "{extra_flags}: parameter extra_flags of jitpkg.jit.flagged.gen_param_module") in m.unresolved
     behind = behind_from_callgraph(fx)
     got = {}
@@ -96,7 +99,7 @@ def test_comprehension_and_arch_flags_with_holes(fx):
     m = mod(fx, "comp_flags")
     # `list(dict.fromkeys(arch + [f.replace(..) for f in base if f[1] == "D"]))`
     assert m.cuda_cflags == ["-gencode=arch=compute_{major}{minor},code=sm_{major}{minor}", "-DJITPKG_X_A", "-DJITPKG_X_B"]
-    assert m.defines == {"JITPKG_X_A": "1", "JITPKG_X_B": "1"}
+    assert m.defines == {**DEFAULTS, "JITPKG_X_A": "1", "JITPKG_X_B": "1"}
     # an architecture flag with holes selects targets, it cannot define a macro: a note, not a block;
     # the targets are not known, so no hard-coded list is claimed
     assert m.hard_coded_archs is None
@@ -126,7 +129,10 @@ def test_0615_fp8_blockscale_judged_with_its_defines(sp0615, reg):
     (b,) = run_with_big_stack(lambda: a.modules_behind(site))
     m = b.module
     assert (m.name, m.path, m.line) == ("fp8_blockscale_gemm_90", "flashinfer/jit/gemm/fp8_blockscale.py", 20)
-    assert m.defines == {"CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED": "1", "FLASHINFER_ENABLE_FP8_E8M0": "1",
+    # gen_jit_spec's own defaults first (its cuda_cflags list), then the module's flags
+    assert m.defines == {"FLASHINFER_ENABLE_F16": "1", "FLASHINFER_ENABLE_BF16": "1", "FLASHINFER_ENABLE_FP8_E4M3": "1",
+                         "FLASHINFER_ENABLE_FP8_E5M2": "1",
+                         "CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED": "1", "FLASHINFER_ENABLE_FP8_E8M0": "1",
                          "FLASHINFER_ENABLE_FP4_E2M1": "1", "COMPILE_HOPPER_TMA_GEMMS": "1", "ENABLE_BF16": "1",
                          "ENABLE_FP8": "1", "ENABLE_FP8_BLOCK_SCALE": "1", "CUTLASS_ENABLE_GDC_FOR_SM90": "1"}
     assert m.conditional_flags == {"-DENABLE_FP8_BLOCK_SCALE": 'is_cuda_version_at_least("12.8")'}

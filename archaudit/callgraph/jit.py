@@ -106,6 +106,7 @@ class JitModel:
         self.ce = ConstEval(resolver)
         self.fe = FlagEval(resolver, self.ce)
         self._mods: dict[str, JitModule] = {}
+        self._own: dict[tuple[str, str], dict[str, str]] = {}
 
     def module(self, key: str) -> JitModule | None:
         if key in self._mods:
@@ -201,7 +202,20 @@ class JitModel:
                 found.append(FlagSource("no-arch", ctx.mod.path, fl[0].line, _text(ctx, fl[0]), how="no architecture flag found"))
             m.flags.extend(_dedup(found))
         self._compile_flags(ctx, call, rule, m)
+        if rule.own_flags and site.via == "function":
+            # the sink's own defaults come first on nvcc's command line: the call's -D win
+            m.defines = {**self._own_defines(site.callee, rule.own_flags), **m.defines}
         return m
+
+    def _own_defines(self, sink_def: str, local: str) -> dict[str, str]:
+        """-D flags the sink's definition always passes (flashinfer's gen_jit_spec adds
+        -DFLASHINFER_ENABLE_F16 ... to every module): the unconditional, constant ones of `local`."""
+        got = self._own.get((sink_def, local))
+        if got is None:
+            sctx = self.r.ctx(sink_def)
+            flags = self.fe._name(sctx, local, sctx.node, (), 0, set()) if sctx is not None and sctx.kind == "function" else []
+            got = self._own[(sink_def, local)] = defines_of([f.text for f in flags if f.kind == "flag" and not f.condition])
+        return got
 
     def _compile_flags(self, ctx: Ctx, call: N, rule, m: JitModule) -> None:
         """cuda_cflags, defines, hard-coded archs and include paths of one sink call."""

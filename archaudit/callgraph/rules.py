@@ -28,6 +28,7 @@ class SinkRule:
     include_paths: tuple[ArgSpec, ...] = ()
     shared_flags: tuple[ArgSpec, ...] = ()  # host flags the build also passes to nvcc
     source_root: str = ""  # relative source names resolve against this directory (root-relative)
+    own_flags: str = ""  # a local of the sink's own definition holding flags it always passes
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,7 @@ def parse_rules(data: dict) -> JitRules:
             name=_args(s.get("name")), sources=_args(s.get("sources")),
             inline_sources=_args(s.get("inline_sources")), cuda_flags=_args(s.get("cuda_flags")),
             include_paths=_args(s.get("include_paths")), shared_flags=_args(s.get("shared_flags")),
-            source_root=s.get("source_root", ""),
+            source_root=s.get("source_root", ""), own_flags=s.get("own_flags", ""),
         ))
     b = data.get("build", {})
     r = JitRules(
