@@ -53,6 +53,9 @@ class Behind:
     modules: list[ModuleRef] = field(default_factory=list)
     reason: str = ""  # why nothing (more) could be followed
     chain: list[Link] = field(default_factory=list)  # links common to every module (gate region)
+    # functions outside the scan, in packages not known to be portable, that the guarded path calls:
+    # (dotted name, call chain to it)
+    outside: list[tuple[str, list[Link]]] = field(default_factory=list)
 
 
 BehindFn = Callable[[Gate], Behind]
@@ -206,6 +209,9 @@ def classify(gate: Gate, gpu: Gpu, ct: CompileTarget, behind: Behind, tus: TuCac
     f = Finding(gate, gpu.name, UNRESOLVED, chain=list(behind.chain))
     if not behind.modules:
         f.reason = behind.reason or "no JIT module or prebuilt binary found behind the gate"
+        if behind.outside:
+            f.reason += "; " + _outside_reason(behind.outside)
+            f.chain.extend(behind.outside[0][1])
         return f
     verdicts: list[str] = []
     reasons: list[str] = []
@@ -248,6 +254,13 @@ def classify(gate: Gate, gpu: Gpu, ct: CompileTarget, behind: Behind, tus: TuCac
                 verdicts.append(HARDWARE_BOUND)
                 reasons.append(f"{ref.name}: every kernel {scope} reaches is a stub on {ct.name}"
                                if not real else f"{ref.name}: every entry point of {scope} stops at run time on {ct.name}")
+            elif stubs and not any(st == "real" for st in mv.entry_points.values()):
+                # partial means "these entry points are safe": with none known to reach only real
+                # kernels, the stubs are what the gate's path may run
+                verdicts.append(HARDWARE_BOUND)
+                reasons.append(f"{ref.name}: {len(stubs)} kernel(s) {scope} reaches are stubs on {ct.name} "
+                               f"({', '.join(k.name for k in stubs)}) and no entry point of the module is known "
+                               f"to reach only real kernels")
             elif stubs:
                 verdicts.append(PARTIAL)
                 safe = sorted(e for e, st in mv.entry_points.items() if st == "real")
@@ -260,6 +273,10 @@ def classify(gate: Gate, gpu: Gpu, ct: CompileTarget, behind: Behind, tus: TuCac
     if behind.reason:
         verdicts.append(UNRESOLVED)
         reasons.append(behind.reason)
+    if behind.outside:
+        verdicts.append(UNRESOLVED)
+        reasons.append(_outside_reason(behind.outside))
+        f.chain.extend(behind.outside[0][1])
     # the strongest statement the evidence supports: a hardware line anywhere behind the gate
     # decides; otherwise anything unknown makes the whole unresolved
     for v in (HARDWARE_BOUND, UNRESOLVED, BINARY_ONLY, PARTIAL, SOFTWARE_ONLY):
@@ -269,6 +286,27 @@ def classify(gate: Gate, gpu: Gpu, ct: CompileTarget, behind: Behind, tus: TuCac
     f.reason = "; ".join(reasons)
     f.feature = ", ".join(sorted({m.name for m in behind.modules}))
     return f
+
+
+def _outside_reason(outside: list[tuple[str, list[Link]]]) -> str:
+    names = [n for n, _ in outside]
+    more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+    return ("the guarded path also calls code outside the scan whose GPU support is not analysed: "
+            + ", ".join(names[:3]) + more)
+
+
+def portable_package(dotted: str) -> bool:
+    """Whether a call into `dotted` (outside the scan) leaves a verdict standing (rules/externals.toml)."""
+    import sys
+
+    from .ruledata import load_rule
+
+    rules = load_rule("externals")
+    parts = dotted.split(".")
+    top = parts[0]
+    if top == "torch" and len(parts) > 3 and parts[1] == "ops":
+        return parts[2] in rules.get("torch_op_namespaces_portable", [])
+    return top in sys.stdlib_module_names or top in rules.get("portable", []) or top in ("builtins", "__future__")
 
 
 def judge_gates(gates: list[Gate], gpus: list[tuple[Gpu, CompileTarget]], behind: BehindFn, tus: TuCache,
@@ -348,6 +386,12 @@ def behind_from_callgraph(analysis) -> BehindFn:
         except RecursionError:
             return Behind([], reason="the call graph search went too deep")
         mods = [bm for bm in mods if _admitted_arm(gate, bm.arm)]
+        try:
+            outside = [(x.callee, x.chain) for x in analysis.externals_behind(gate)
+                       if _admitted_arm(gate, x.arm) and not portable_package(x.callee)]
+            outside = list({n: (n, c) for n, c in outside}.values())
+        except RecursionError:
+            outside = []
         new_skips = sorted(set(skipped) - before)
         via_config: list[Link] = []
         if not mods:
@@ -357,7 +401,7 @@ def behind_from_callgraph(analysis) -> BehindFn:
             if new_skips:
                 why += ("; callers not searched (name in too many modules): "
                         + ", ".join(f"{q} ({skipped[q]})" for q in new_skips[:3]))
-            return Behind([], reason=why)
+            return Behind([], reason=why, outside=outside)
         refs: dict[str, ModuleRef] = {}
         for bm in mods:
             jm = bm.module
@@ -408,7 +452,7 @@ def behind_from_callgraph(analysis) -> BehindFn:
             refs.setdefault(key, ModuleRef(sink.artifact or sink.loader, [], [Link(
                 "binary", sink.path, sink.line, f"{sink.loader}: {sink.artifact or '?'}", sink.how)],
                 binary={"sink": sink}))
-        return Behind(sorted(refs.values(), key=lambda r: r.name), chain=via_config)
+        return Behind(sorted(refs.values(), key=lambda r: r.name), chain=via_config, outside=outside)
 
     return behind
 
@@ -420,6 +464,9 @@ def _admitted_arm(gate: Gate, arm: str) -> bool:
     if arm.endswith("else"):
         return False
     if arm == "then" and gate.region == "after-early-exit":
+        return False
+    # `if C: ... return value`: what follows runs when C is false, i.e. on the GPUs C excludes
+    if arm == "after-exit" and gate.region == "branch":
         return False
     return True
 

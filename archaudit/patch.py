@@ -14,6 +14,7 @@ one expression; nothing scanned is ever executed.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import difflib
 import re
 from dataclasses import dataclass
@@ -74,6 +75,8 @@ def _expr_span(text: str, gate: Gate) -> tuple[int, int, ast.expr] | None:
     position until it parses as the expression the gate records."""
     start = _offset(text, gate.line, gate.col)
     want = " ".join(gate.expr.split())
+    if want.endswith("...") and len(want) >= 240:  # the report shortens long expressions
+        return _long_expr_span(text, gate, want[:-3])
     # the recorded text is the expression with whitespace collapsed: match it token by token
     pattern = r"\s*".join(re.escape(tok) for tok in re.findall(r"\w+|[^\w\s]", want))
     m = re.compile(pattern).match(text, start)
@@ -85,6 +88,29 @@ def _expr_span(text: str, gate: Gate) -> tuple[int, int, ast.expr] | None:
     except SyntaxError:
         return None
     return m.start(), m.end(), node
+
+
+def _long_expr_span(text: str, gate: Gate, prefix: str) -> tuple[int, int, ast.expr] | None:
+    """The outermost expression that starts at the gate's position and whose text begins with
+    the recorded (shortened) text."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return None
+    best = None
+    for n in ast.walk(tree):
+        if isinstance(n, ast.expr) and n.lineno == gate.line and n.col_offset == gate.col - 1:
+            a = _offset(text, n.lineno, n.col_offset + 1)
+            b = _offset(text, n.end_lineno, n.end_col_offset + 1)
+            if " ".join(text[a:b].split()).startswith(prefix) and (best is None or b > best[1]):
+                best = (a, b)
+    if best is None:
+        return None
+    try:
+        node = ast.parse("(" + text[best[0]:best[1]] + "\n)", mode="eval").body
+    except SyntaxError:
+        return None
+    return best[0], best[1], node
 
 
 _PRED_ATOM = re.compile(r"is_sm(\d+)([a-z]?)(_supported)?$")
@@ -150,7 +176,9 @@ class Patcher:
         for path, new_text, what in edits:
             old_text = text if path == gate.path else (self.source.read(path) or b"").decode("utf-8", "surrogateescape")
             overlay = OverlaySource(self.source, {path: new_text.encode("utf-8", "surrogateescape")})
-            after = self.evaluate(overlay, gate)
+            # the only edit that adds lines is an import above the gate: the gate moves down
+            shift = new_text.count("\n") - old_text.count("\n") if path == gate.path else 0
+            after = self.evaluate(overlay, dataclasses.replace(gate, line=gate.line + shift) if shift else gate)
             tried.append(what)
             if after is not None and self._verified(gate, after, gpu):
                 return Patch(path, unified_diff(path, old_text, new_text), what, new_text)
@@ -180,6 +208,40 @@ class Patcher:
         if old is None:
             return True
         return _required_params(self.index, old) == _required_params(self.index, new)
+
+    def _import_beside(self, path: str, text: str, name: str, cand: str, before: int) -> tuple[int, str] | None:
+        """(offset, text to insert) that adds `cand` to the `from X import ... name ...` statement
+        of this file, when X binds `cand` with the same required arguments as `name` and the
+        statement comes before offset `before`."""
+        if self.binding is None:
+            return None
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:
+            return None
+        here = self.index.module_of_path.get(path) or ""
+        for st in tree.body:
+            if not isinstance(st, ast.ImportFrom):
+                continue
+            alias = next((a for a in st.names if a.name == name and a.asname is None), None)
+            if alias is None or any(a.name == cand for a in st.names):
+                continue
+            pkg = here.split(".")[: len(here.split(".")) - st.level] if st.level else []
+            src_mod = ".".join(pkg + ([st.module] if st.module else []))
+            new, old = self.binding(src_mod, cand), self.binding(src_mod, name)
+            if new is None or (old is not None and _required_params(self.index, old) != _required_params(self.index, new)):
+                return None
+            end = _offset(text, alias.end_lineno, alias.end_col_offset + 1)
+            if end >= before:
+                return None
+            line_start = text.rfind("\n", 0, end) + 1
+            line_end = text.find("\n", end)
+            line = text[line_start:line_end if line_end >= 0 else len(text)]
+            if line.strip().rstrip(",") == name and line_end >= 0:  # one name per line
+                indent = line[: len(line) - len(line.lstrip())]
+                return line_end + 1, f"{indent}{cand},\n"
+            return end, f", {cand}"
+        return None
 
     # -- architecture lists
     def _arch_list_edits(self, text: str, gate: Gate, gpu: Gpu) -> list[tuple[str, str, str]]:
@@ -279,14 +341,23 @@ class Patcher:
             atom_src = src[lo:hi]
             c_lo, c_hi = _node_span(src, core)
             for cand in _candidates(name, gpu):
+                imported = None
                 if isinstance(core, ast.Name) and not self._same_shape(path, name, cand):
-                    continue
+                    # the module `name` is imported from may define the target's predicate too:
+                    # import it beside `name` (same statement, same layout)
+                    imported = self._import_beside(path, text, name, cand, before=start)
+                    if imported is None:
+                        continue
                 core_src = src[c_lo:c_hi]
                 new_atom = atom_src[:c_lo - lo] + core_src[: len(core_src) - len(name)] + cand + atom_src[c_hi - lo:]
-                if new_atom in seen:
+                if (lo, new_atom) in seen:  # the same predicate may appear in several places
                     continue
-                seen.add(new_atom)
-                out.append(self._or_edit(path, text, start, src, expr, atom, new_atom))
+                seen.add((lo, new_atom))
+                edit = self._or_edit(path, text, start, src, expr, atom, new_atom)
+                if imported is not None:
+                    at, insert = imported  # before the gate: the gate's offsets are edited first
+                    edit = (path, edit[1][:at] + insert + edit[1][at:], f"{edit[2]}, imported from where `{name}` is")
+                out.append(edit)
         # `major in (9, 10)`: the target's major joins the literal
         for n in ast.walk(expr):
             if (isinstance(n, ast.Compare) and len(n.ops) == 1 and isinstance(n.ops[0], ast.In)
@@ -399,15 +470,31 @@ def combined_patch(patcher: Patcher, gates: list[Gate], gpu: Gpu) -> tuple[str, 
     current: dict[str, bytes] = {}
     done: list[tuple[Gate, Patch]] = []
     unique = {(g.path, g.line, g.col): g for g in gates}
+    inserted: dict[str, list[tuple[int, int]]] = {}  # path -> (after line, lines added) by earlier edits
     for g in sorted(unique.values(), key=lambda g: (g.path, -g.line, -g.col)):
         overlay = OverlaySource(patcher.source, current)
-        p = patcher.patch(g, gpu, overlay)
+        moved = g.line + sum(k for at, k in inserted.get(g.path, ()) if g.line > at)
+        p = patcher.patch(dataclasses.replace(g, line=moved) if moved != g.line else g, gpu, overlay)
         done.append((g, p))
         if p.new_text is not None:
             if p.path not in original:
                 data = patcher.source.read(p.path) or b""
                 original[p.path] = data.decode("utf-8", "surrogateescape")
+            before = (current.get(p.path) or patcher.source.read(p.path) or b"").decode("utf-8", "surrogateescape")
+            inserted.setdefault(p.path, []).extend(_inserted_lines(before, p.new_text))
             current = {**current, p.path: p.new_text.encode("utf-8", "surrogateescape")}
     diff = "".join(unified_diff(path, original[path], current[path].decode("utf-8", "surrogateescape"))
                    for path in sorted(current))
     return diff, sorted(done, key=lambda gp: (gp[0].path, gp[0].line))
+
+
+def _inserted_lines(old: str, new: str) -> list[tuple[int, int]]:
+    """(line in old after which lines were inserted, how many): where gates below an added import
+    moved to. Edits add lines only by an import above the gate, so the first line that differs is
+    where they went."""
+    a, b = old.splitlines(), new.splitlines()
+    k = len(b) - len(a)
+    if k == 0:
+        return []
+    at = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    return [(at, k)]

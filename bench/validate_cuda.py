@@ -165,7 +165,20 @@ def _tus() -> list[Tu]:
         Tu("gemm_groupwise_sm120_host", "data/csrc/gemm_groupwise_sm120.cu", "gemm/sm120-fp8", "jit/gemm/core.py:gen_gemm_sm120_module", [GDC100]),
         Tu("tinygemm2", "data/csrc/tinygemm2.cu", "gemm", "jit/tinygemm2.py:gen_tinygemm2_module"),
         Tu("dsv3_router_gemm", "data/csrc/dsv3_router_gemm.cu", "gemm", "jit/dsv3_optimizations.py:gen_dsv3_router_gemm_module"),
+        # Blackwell-only TUs whose gates archaudit finds hardware-bound on sm_120 (issue 5: each checked
+        # by compiling its module's source for sm_120f)
+        Tu("msa_decode_nvfp4_specialized", "data/csrc/msa_decode_nvfp4_specialized.cu", "attention/sm100",
+           "jit/msa_decode_nvfp4_specialized.py:gen_msa_decode_nvfp4_specialized_module",
+           ["--prec-div=true", "--prec-sqrt=true", "--ftz=false", "--fmad=true"]),
+        Tu("cake_minimax_h3_pre_attention_sm103a", "data/csrc/cake_minimax_h3_bf16_pre_attention_sm103a.cu", "attention/sm100",
+           "jit/cake_minimax_h3_bf16_pre_attention.py:gen_minimax_h3_bf16_pre_attention_module",
+           ["--prec-div=true", "--prec-sqrt=true", "--ftz=false", "--fmad=true"]),
+        Tu("fp8_blockscale_gemm_sm90", "data/csrc/nv_internal/tensorrt_llm/kernels/cutlass_kernels/fp8_blockscale_gemm/fp8_blockscale_gemm.cu",
+           "gemm/sm90", "jit/gemm/fp8_blockscale.py:gen_fp8_blockscale_gemm_sm90_module",
+           SM90A_EXTRA + ["-DCOMPILE_HOPPER_TMA_GEMMS", "-DENABLE_BF16", "-DENABLE_FP8", "-DENABLE_FP8_BLOCK_SCALE",
+                          "-DCUTLASS_ENABLE_GDC_FOR_SM90=1"], MOE_INCLUDES),
         # --- MoE
+        Tu("alphamoe_sm100", "data/csrc/alphamoe_sm100.cu", "moe", "jit/fused_moe.py:gen_alphamoe_sm100_module", [], ("data/csrc",)),
         Tu("cutlass_fused_moe_instantiation_sm120", "data/csrc/fused_moe/cutlass_backend/cutlass_fused_moe_instantiation.cu", "moe",
            "jit/fused_moe.py:gen_cutlass_fused_moe_sm120_module", list(MOE_SM120), MOE_INCLUDES),
         Tu("moe_gemm_kernels_fp4_fp4_sm120",

@@ -19,7 +19,11 @@ EXPECTED_SM120 = {
     ("kernlib/jit/modules.py", 28): ("hardware-bound", [("kernlib/data/csrc/blackwell.cu", 4, "trap-stub")]),
     ("kernlib/jit/modules.py", 33): ("hardware-bound", [("kernlib/data/csrc/cute_gemm.cu", 9, "trap-stub"),
                                                         ("kernlib/data/csrc/cute_gemm.cu", 22, "trap-stub")]),
+    ("servelib/auto_enable.py", 14): ("software-only", []),
     ("servelib/communicator.py", 15): ("software-only", []),
+    ("servelib/selectors.py", 11): ("unresolved", []),
+    ("servelib/selectors.py", 19): ("hardware-bound", [("kernlib/data/csrc/hopper_gemm.cu", 4, "ptx.wgmma")]),
+    ("servelib/selectors.py", 27): ("software-only", []),
     ("servelib/fusion.py", 9): ("software-only", []),
     ("servelib/moe.py", 11): ("software-only", []),
     ("servelib/moe.py", 18): ("software-only", []),
@@ -109,6 +113,19 @@ def test_patch_goes_into_the_predicate_definition(result):
     assert "+    return is_sm90_supported() or is_sm100_supported() or is_sm120_supported()" in f.patch
 
 
+def test_patch_of_a_long_condition_imports_the_targets_predicate(result):
+    """The condition is longer than the report's 240 characters, names is_sm100_supported twice,
+    and its module does not import is_sm120_supported: the edit extends the test that excludes
+    sm_120 (not the multi-node one) and adds the import to the statement the others come from."""
+    f = next(f for f in result.findings if (f.gate.path, f.gate.line) == ("servelib/auto_enable.py", 14))
+    assert f.gate.expr.endswith("...")
+    assert ("servelib/auto_enable.py:14: extend `is_sm100_supported()` with `is_sm120_supported()`, "
+            "imported from where `is_sm100_supported` is") in f.reason
+    assert "     is_sm100_supported,\n+    is_sm120_supported,\n )\n" in f.patch
+    assert "+        and (is_sm90_supported() or is_sm100_supported() or is_sm120_supported())\n" in f.patch
+    assert "-        and (nnodes == 1 or is_sm100_supported())" not in f.patch
+
+
 def test_setting_turned_on_by_a_gate_is_followed_to_its_readers(result):
     f = next(f for f in result.findings if (f.gate.path, f.gate.line) == ("servelib/moe.py", 18))
     assert [(x.kind, x.path, x.line, x.how) for x in f.chain[:3]] == [
@@ -121,3 +138,25 @@ def test_setting_turned_on_by_a_gate_is_followed_to_its_readers(result):
 def test_else_branch_is_not_what_the_gate_admits(result):
     f = next(f for f in result.findings if (f.gate.path, f.gate.line) == ("servelib/moe.py", 33))
     assert [m.name for m in f.modules] == ["hopper_gemm"]  # not `norm` from the else branch
+
+
+def _finding(result, path, line):
+    return next(f for f in result.findings if (f.gate.path, f.gate.line) == (path, line))
+
+
+def test_a_call_outside_the_scan_leaves_the_verdict_unresolved(result):
+    f = _finding(result, "servelib/selectors.py", 11)
+    assert [m.name for m in f.modules] == ["comm"]  # judged, real on sm_120f, but not the whole path
+    assert f.reason.endswith("the guarded path also calls code outside the scan whose GPU support is not analysed: "
+                             "deep_gemm.fp8_gemm")
+    assert f.patch is None
+
+
+def test_code_after_a_selection_is_not_what_the_gate_enables(result):
+    # `if is_sm90(): return hopper(...)` then `return norm(...)`: norm is what sm_120 already runs
+    assert [m.name for m in _finding(result, "servelib/selectors.py", 19).modules] == ["hopper_gemm"]
+
+
+def test_a_refusal_guards_only_the_rest_of_its_block(result):
+    f = _finding(result, "servelib/selectors.py", 27)
+    assert [m.name for m in f.modules] == ["norm"]  # not hopper_gemm, after the block that returns

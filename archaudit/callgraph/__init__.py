@@ -54,6 +54,9 @@ class Analysis:
     def modules_behind(self, gate: Gate | GateSite) -> list[BehindModule]:
         return self.behind.modules_behind(gate)
 
+    def externals_behind(self, gate: Gate | GateSite):
+        return self.behind.externals_behind(gate)
+
     def site_at(self, path: str, line: int) -> GateSite | None:
         """A gate position from FILE:LINE: the first expression on that line (the test of an `if`)."""
         modname = self.index.module_of_path.get(path)

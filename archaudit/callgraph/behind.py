@@ -53,6 +53,15 @@ class BehindModule:
 
 
 @dataclass
+class ExternalCall:
+    """A function outside the scan that a gate's region reaches: code archaudit cannot judge."""
+
+    callee: str  # dotted name
+    arm: str
+    chain: list[Link]
+
+
+@dataclass
 class GateSite:
     """Where a gate is: enough to analyse its region (a real Gate or a FILE:LINE position)."""
 
@@ -71,6 +80,7 @@ class Behind:
         self.jit = jit or JitModel(graph.r)
         self._lines: dict[str, list[int]] = {}
         self._builders: dict[str, list[Link]] = {}  # module key -> its build sites (same for every gate)
+        self.externals: dict[tuple[str, int, int], list[ExternalCall]] = {}  # gate position -> outside calls
 
     # ------------------------------------------------------------------ positions
     def _line_starts(self, ctx: Ctx) -> list[int]:
@@ -205,10 +215,14 @@ class Behind:
 
     @staticmethod
     def _after(chain) -> list[N]:
-        """Statements that run after the innermost statement of the chain, at every nesting level."""
+        """Statements that run after the innermost statement of the chain, at every nesting level
+        up to a block that ends by leaving (`if backend == "xqa": ...; return x`: nothing after
+        that block runs after the statement)."""
         out = []
         for cont, idx, st in reversed(chain):
             out.extend(cont[idx + 1:])
+            if _exits(cont):
+                break
         return out
 
     @staticmethod
@@ -294,8 +308,10 @@ class Behind:
                 out.append(c)
         return out
 
-    def search(self, region: Region, max_depth: int = MAX_DEPTH, max_nodes: int = MAX_NODES) -> dict[str, tuple[list[Call], set]]:
-        """JIT sink key -> (call path to it, entry points seen)."""
+    def search(self, region: Region, max_depth: int = MAX_DEPTH, max_nodes: int = MAX_NODES,
+               externals: dict[str, list[Call]] | None = None) -> dict[str, tuple[list[Call], set]]:
+        """JIT sink key -> (call path to it, entry points seen). externals, when given, gets the
+        call path to every function outside the scan the region reaches (dotted name -> path)."""
         parent: dict[str, tuple[str | None, Call | None]] = {}
         found: dict[str, list[Call]] = {}
         entries: dict[str, set] = {}
@@ -311,7 +327,11 @@ class Behind:
                 if c.entry:
                     entries.setdefault(key, set()).add(c.entry)
                 return
-            if c.callee in parent or self.r.ctx(c.callee) is None:
+            if c.callee in parent:
+                return
+            if self.r.ctx(c.callee) is None:
+                if externals is not None and c.how != "builtin" and not c.callee.startswith("<") and c.callee not in externals:
+                    externals[c.callee] = self._path(parent, prev) + [c]
                 return
             parent[c.callee] = (prev, c)
             depth[c.callee] = d
@@ -343,6 +363,7 @@ class Behind:
         if ctx is None:
             return []
         out: dict[tuple[str, str], BehindModule] = {}
+        ext: dict[tuple[str, str], tuple[str, list[Call], list[Link]]] = {}
         for region in self.regions(site, ctx):
             if region.arm == "flags":
                 for ln in region.links:
@@ -351,7 +372,11 @@ class Behind:
                         chain = list(region.links[:1]) + [ln, Link("jit-module", m.path, m.line, m.name, "jit-sink")]
                         out.setdefault((m.key, region.arm), BehindModule(m, region.arm, chain, None, self.builders(m)))
                 continue
-            for key, (calls, entries) in self.search(region).items():
+            found_ext: dict[str, list[Call]] = {}
+            got = self.search(region, externals=found_ext)
+            for callee, calls in found_ext.items():
+                ext.setdefault((callee, region.arm), (region.arm, calls, list(region.links)))
+            for key, (calls, entries) in got.items():
                 m = self.jit.module(key)
                 if m is None:
                     continue
@@ -365,7 +390,18 @@ class Behind:
                     out[(key, region.arm)] = BehindModule(m, region.arm, chain, sorted(entries) or None, self.builders(m))
                 elif entries:
                     prev.entry_points = sorted(set(prev.entry_points or []) | entries)
+        self.externals[(site.path, site.line, site.col)] = [
+            ExternalCall(callee, arm, links + [Link("call", c.path, c.line, c.callee, c.how) for c in calls])
+            for (callee, _a), (arm, calls, links) in sorted(ext.items())]
         return sorted(out.values(), key=lambda b: (b.module.name, b.arm))
+
+    def externals_behind(self, gate: Gate | GateSite) -> list["ExternalCall"]:
+        """Functions outside the scan that the gate's regions reach (after modules_behind)."""
+        site = gate if isinstance(gate, GateSite) else GateSite(gate.path, gate.line, gate.col, gate.function, gate.kind, gate.expr)
+        key = (site.path, site.line, site.col)
+        if key not in self.externals:
+            self.modules_behind(site)
+        return list(self.externals.get(key, []))
 
     def builders(self, m: JitModule) -> list[Link]:
         """Call sites that build a spec sink's module: `.build_and_load()` on the producer's result."""
