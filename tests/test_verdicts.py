@@ -160,3 +160,35 @@ def test_code_after_a_selection_is_not_what_the_gate_enables(result):
 def test_a_refusal_guards_only_the_rest_of_its_block(result):
     f = _finding(result, "servelib/selectors.py", 27)
     assert [m.name for m in f.modules] == ["norm"]  # not hopper_gemm, after the block that returns
+
+
+class _FakeTus:
+    """TU analyses handed to the judge as given (classify's rules, without CUDA sources)."""
+
+    def __init__(self, kernels, exports):
+        from archaudit.cuda.tu import Export, KernelStatus, TuResult
+
+        self.result = TuResult("m.cu", "sm_120f", "builds",
+                               kernels=[KernelStatus(n, "m.cu", i + 1, st, 10 if st != "real" else None)
+                                        for i, (n, st) in enumerate(kernels)],
+                               exports={e: Export(e, 1, list(ks), list(ks)) for e, ks in exports.items()})
+
+    def analyse(self, *a, **k):
+        return self.result
+
+
+@pytest.mark.parametrize("exports, verdict", [
+    ({}, "hardware-bound"),  # no entry point known: the stub may be what the path runs
+    ({"fast": ["real_k"], "slow": ["stub_k"]}, "partial"),  # `fast` is known safe
+    ({"slow": ["stub_k", "real_k"]}, "hardware-bound"),  # no entry point reaches only real kernels
+])
+def test_partial_needs_an_entry_point_known_to_be_real(reg, exports, verdict):
+    from archaudit.judge import Behind, ModuleRef, classify
+
+    from archaudit.model import Gate
+
+    gate = Gate("p.py", 1, 1, "p.f", "predicate-call", "is_sm90()", frozenset({"sm_90"}), "evaluated")
+    t = reg.parse("sm_120")
+    f = classify(gate, t.gpu, reg.compile_target(t), Behind([ModuleRef("m", ["m.cu"])]),
+                 _FakeTus([("real_k", "real"), ("stub_k", "empty")], exports))
+    assert f.verdict == verdict
