@@ -56,3 +56,18 @@ def test_072_sglang_fusion_gate_is_software_only(sp072, reg):
     assert f.verdict == "software-only"
     assert "+    if not (get_platform().is_sm90 or get_platform().is_sm100 or get_platform().is_sm120):" in f.patch
     assert "flashinfer/jit/comm.py" not in f.patch
+
+
+def test_0615_overrides_auto_enable_is_software_only(sp0615, reg):
+    """sglang 0.5.17's auto-enable of allreduce fusion (arg_groups/overrides.py) only sets a
+    setting: followed to the code that reads it (a config-key link) and on to flashinfer's
+    trtllm_comm, whose fusion entry points are real on sm_120. The patch extends the test that
+    excludes sm_120 (not the multi-node one) with the predicate already imported there."""
+    f = _explain(sp0615, reg, "sglang/srt/arg_groups/overrides.py:1895")
+    assert f.gate.function == "sglang.srt.arg_groups.overrides._flashinfer_allreduce_fusion_auto_enable"
+    assert f.verdict == "software-only"
+    assert ("config", "config-key") in {(x.kind, x.how) for x in f.chain}
+    assert "trtllm_comm" in [m.name for m in f.modules]
+    assert "+        and (is_sm90_supported() or is_sm100_supported() or is_sm120_supported())" in f.patch
+    assert "-        and (view.nnodes == 1 or is_sm100_supported())" not in f.patch
+    assert "flashinfer/jit/comm.py:191: add 12 to [9, 10]" in f.reason
