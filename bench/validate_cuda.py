@@ -172,7 +172,7 @@ def _tus() -> list[Tu]:
            ["--prec-div=true", "--prec-sqrt=true", "--ftz=false", "--fmad=true"]),
         Tu("cake_minimax_h3_pre_attention_sm103a", "data/csrc/cake_minimax_h3_bf16_pre_attention_sm103a.cu", "attention/sm100",
            "jit/cake_minimax_h3_bf16_pre_attention.py:gen_minimax_h3_bf16_pre_attention_module",
-           ["--prec-div=true", "--prec-sqrt=true", "--ftz=false", "--fmad=true"]),
+           ["--ftz=false", "--prec-div=true", "--prec-sqrt=true"]),
         Tu("fp8_blockscale_gemm_sm90", "data/csrc/nv_internal/tensorrt_llm/kernels/cutlass_kernels/fp8_blockscale_gemm/fp8_blockscale_gemm.cu",
            "gemm/sm90", "jit/gemm/fp8_blockscale.py:gen_fp8_blockscale_gemm_sm90_module",
            SM90A_EXTRA + ["-DCOMPILE_HOPPER_TMA_GEMMS", "-DENABLE_BF16", "-DENABLE_FP8", "-DENABLE_FP8_BLOCK_SCALE",
