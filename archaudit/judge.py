@@ -380,7 +380,7 @@ def behind_from_callgraph(analysis) -> BehindFn:
 
     def behind(gate: Gate) -> Behind:
         skipped = getattr(analysis.graph, "skipped_callers", {})
-        before = set(skipped)
+        analysis.graph.skip_log = set()
         try:
             mods = analysis.modules_behind(gate)
         except RecursionError:
@@ -392,7 +392,8 @@ def behind_from_callgraph(analysis) -> BehindFn:
             outside = list({n: (n, c) for n, c in outside}.values())
         except RecursionError:
             outside = []
-        new_skips = sorted(set(skipped) - before)
+        new_skips = sorted(analysis.graph.skip_log)
+        analysis.graph.skip_log = None
         via_config: list[Link] = []
         if not mods:
             mods, via_config = _through_config_keys(analysis, gate)

@@ -61,6 +61,7 @@ class CallGraph:
         self._words: dict[bytes, list[str]] | None = None
         self._scans = 0
         self.skipped_callers = {}
+        self.skip_log: set | None = None  # when a set: callers() adds each skipped name it is asked for
 
     # ------------------------------------------------------------------ nodes
     def _node(self, name: str, kind: str, path: str | None = None, line: int | None = None) -> None:
@@ -277,6 +278,8 @@ class CallGraph:
                     i = bisect.bisect_left(hits, node.sb)
                     if i < len(hits) and hits[i] < node.eb:
                         self.expand(f"{m}.{q}")
+        if qualname in self.skipped_callers and self.skip_log is not None:
+            self.skip_log.add(qualname)  # every time, not only the first: reasons must not depend on order
         return sorted(self._by_callee.get(qualname, ()), key=lambda c: (c.path, c.line, c.col))
 
     def build_all(self, progress=None) -> None:
