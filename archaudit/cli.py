@@ -90,8 +90,8 @@ def run() -> None:
 
     try:
         main(standalone_mode=True)
-    except SystemExit:
-        raise
+    except SystemExit as e:
+        _exit_now(e.code)
     except KeyboardInterrupt:
         click.echo("archaudit: interrupted", err=True)
         raise SystemExit(130)
@@ -100,3 +100,22 @@ def run() -> None:
             raise
         click.echo(f"archaudit: internal error: {type(e).__name__}: {e} (set ARCHAUDIT_DEBUG=1 for details)", err=True)
         raise SystemExit(2)
+
+
+def _exit_now(code) -> None:
+    """Leave without tearing down the heap: after a full scan, freeing millions of IR objects one
+    by one took longer than a minute. Everything the command writes is flushed first."""
+    import os
+    import sys
+
+    if code is None:
+        code = 0
+    elif not isinstance(code, int):
+        print(code, file=sys.stderr)
+        code = 1
+    for fh in (sys.stdout, sys.stderr):
+        try:
+            fh.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)

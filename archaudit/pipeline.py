@@ -9,9 +9,11 @@ reuses it after checking that one file.
 """
 from __future__ import annotations
 
+import gc
 import os
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -82,6 +84,21 @@ def package_resolver(source: Source, dists: list[Distribution]) -> Callable[[str
     return package_of
 
 
+@contextmanager
+def gc_paused():
+    """Pause the cyclic garbage collector while analysing. The IR and the interpreter's values
+    are millions of long-lived objects without cycles; the collector's repeated passes over them
+    made parsing 2.3x slower (31 MB of sglang: 56 s -> 24 s CPU) for nothing it could free.
+    Reference counting still frees everything not in a cycle. Re-entrant."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def run_with_big_stack(fn):
     """Run fn in a thread with a large stack: the tree walks and the interpreter recurse deeply
     on pathological inputs, and a RecursionError is far better than a C stack overflow."""
@@ -89,7 +106,8 @@ def run_with_big_stack(fn):
 
     def target():
         try:
-            box["value"] = fn()
+            with gc_paused():
+                box["value"] = fn()
         except BaseException as e:  # re-raised in the caller's thread
             box["error"] = e
 
@@ -139,6 +157,11 @@ def scan(path, targets: list[TargetRequest] | None = None, reg: Registry | None 
          workers: int | None = None) -> ScanResult:
     """cache: a Cache, True for the default cache directory, None/False for none.
     workers: processes for reading and prefiltering files (default: the usable cores)."""
+    with gc_paused():
+        return _scan(path, targets, reg, progress, cache, workers)
+
+
+def _scan(path, targets, reg, progress, cache, workers) -> ScanResult:
     from .scancache import fingerprint, run_key
 
     reg = reg or registry()
