@@ -28,7 +28,7 @@ MAX_CALLER_MODULES = 40  # reverse search: more modules naming a function than t
 # 170 MB of Python here, against ~0.2-0.8 s per search): a full scan gets there within a few gates,
 # `explain` of one gate never does
 WORD_INDEX_AFTER = 40
-_WORD = re.compile(rb"\w+")
+_WORD = re.compile(rb"\w+")  # as python.gates.WORD
 
 
 def jit_node(key: str) -> str:
@@ -244,8 +244,14 @@ class CallGraph:
 
     def _build_word_index(self) -> None:
         words: dict[bytes, list[str]] = {}
+        facts = self.index.byte_facts or {}
         for m in sorted(self.index.path_of):
-            for w in set(_WORD.findall(self.index.source_bytes(m))):
+            data = self.index.source_bytes(m)  # read as before: unreadable files have no words
+            f = facts.get(self.index.path_of[m]) if data else None
+            # the prefilter workers already split these bytes into words
+            for w in (f[1].split(b"\n") if f is not None else set(_WORD.findall(data))):
+                if not w:
+                    continue
                 got = words.get(w)
                 if got is None:
                     words[w] = [m]

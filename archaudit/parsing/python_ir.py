@@ -70,7 +70,7 @@ def parse_python(src: bytes, shallow: bool = False) -> ParsedModule:
     if _TAB_INDENT.search(src):
         errors.extend(_tab_errors(tree.root_node, src))
     if _PY2_HINT.search(src):
-        errors.extend(_py2_errors(tree.root_node))
+        errors.extend(_py2_errors(tree.root_node, src))
     errors.sort()
     return ParsedModule(body, src, errors, shallow)
 
@@ -115,19 +115,27 @@ _PY2_HINT = re.compile(rb"^[ \t]*(?:print|exec)[ \t]+[^\s(=.,)\[\]:;]|`|<>", re.
 @lru_cache(maxsize=1)
 def _py2_query():
     lang = tree_sitter.Language(tree_sitter_python.language())
-    return tree_sitter.Query(lang, '(print_statement) @s (exec_statement) @s "<>" @op (string_start) @q')
+    return tree_sitter.Query(lang, '"<>" @op')
 
 
-def _py2_errors(root) -> list[tuple[int, str]]:
-    caps = tree_sitter.QueryCursor(_py2_query()).captures(root)
+def _py2_errors(root, src: bytes) -> list[tuple[int, str]]:
     found = []
-    for n in caps.get("s", []):
-        found.append((n.start_point[0] + 1, f"{n.type.split('_')[0]} statement"))
-    for n in caps.get("op", []):
-        found.append((n.start_point[0] + 1, "'<>' operator"))
-    for n in caps.get("q", []):
-        if n.text.startswith(b"`"):
-            found.append((n.start_point[0] + 1, "backquote repr"))
+    if b"<>" in src:
+        for n in tree_sitter.QueryCursor(_py2_query()).captures(root).get("op", []):
+            found.append((n.start_point[0] + 1, "'<>' operator"))
+    # Each construct starts with its own bytes: look only where they are rather than walking
+    # the whole tree (half the corpus has backquotes in docstrings). A print/exec statement
+    # starts at its keyword token; a backquote repr is a string_start token "`".
+    for word, kind in ((b"print", "print_statement"), (b"exec", "exec_statement"), (b"`", "string_start")):
+        pos = src.find(word)
+        while pos >= 0:
+            n = root.descendant_for_byte_range(pos, pos + len(word))
+            while n is not None and n.start_byte == pos and n.type != kind:
+                n = n.parent
+            if n is not None and n.type == kind and n.start_byte == pos:
+                what = "backquote repr" if kind == "string_start" else f"{kind.split('_')[0]} statement"
+                found.append((n.start_point[0] + 1, what))
+            pos = src.find(word, pos + 1)
     out, said = [], set()
     for line, what in sorted(found):
         if what not in said:  # once per construct per file

@@ -28,6 +28,10 @@ TRIGGERS = (
 
 
 _IDENT = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
+# the call graph's word index splits on this; an identifier (_IDENT) is a word without its
+# leading digits, so one pass over the bytes in the prefilter workers serves both
+WORD = re.compile(rb"\w+")
+_DIGITS = b"0123456789"
 
 
 @lru_cache(maxsize=1)
@@ -38,9 +42,17 @@ def trigger_pattern() -> re.Pattern:
 
 
 def byte_facts(data: bytes) -> tuple[bool, bytes]:
-    """What the prefilter asks of a whole file: does it hold a trigger, and its identifiers
-    (sorted, newline-joined: one compact object to hand between processes)."""
-    return trigger_pattern().search(data) is not None, b"\n".join(sorted(set(_IDENT.findall(data))))
+    """What the prefilter asks of a whole file: does it hold a trigger, and its words (`WORD`;
+    sorted, newline-joined: one compact object to hand between processes). Its identifiers
+    are `fact_idents` of those words; the call graph's word index takes the words as they are."""
+    return trigger_pattern().search(data) is not None, b"\n".join(sorted(set(WORD.findall(data))))
+
+
+def fact_idents(words: bytes) -> frozenset:
+    """The identifiers (_IDENT.findall) of a file, from its byte_facts words: in bytes patterns
+    \\w is [A-Za-z0-9_], and _IDENT finds in each maximal run of those the part after its
+    leading digits."""
+    return frozenset(w.lstrip(_DIGITS) for w in words.split(b"\n")) - {b""}
 
 
 @dataclass
@@ -74,7 +86,7 @@ def find_python_gates(source: Source, index: Index, reg: Registry, package_of, p
         if v is None:
             f = facts.get(index.path_of[m])
             if f is not None:
-                v = idents[m] = frozenset(f[1].split(b"\n")) - {b""}
+                v = idents[m] = fact_idents(f[1])
             else:
                 v = idents[m] = frozenset(_IDENT.findall(index.source_bytes(m)))
         return v

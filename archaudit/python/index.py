@@ -71,6 +71,8 @@ class Index:
         self._loaded: set[str] = set()  # modules parsed successfully at least once
         self._spans: dict[str, list[tuple[str, int, int]]] = {}
         self.parses = 0  # parse_python calls (reloads included)
+        # path -> python.gates.byte_facts of the file, when the prefilter computed them
+        self.byte_facts: dict | None = None
         dirs_with_init = {p.rsplit("/", 1)[0] for p in py_files if p.endswith("/__init__.py")}
         for p in py_files:
             name = _dotted(p) if path_based else self._module_name(p, dirs_with_init)
