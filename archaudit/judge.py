@@ -394,6 +394,11 @@ def behind_from_callgraph(analysis) -> BehindFn:
             outside = []
         new_skips = sorted(analysis.graph.skip_log)
         analysis.graph.skip_log = None
+        # `if C: return "mnnvl"` in a resolver: its callers' branches were followed, but not which
+        # returned value leads where, so what they reach is not shown to be what C enables
+        by_value = ("the gate selects a value its function returns, and the modules were reached only through "
+                    "its callers' branches; which returned value leads to them is not followed"
+                    if gate.region == "branch" and mods and all(bm.arm.startswith("caller:") for bm in mods) else "")
         via_config: list[Link] = []
         if not mods:
             mods, via_config = _through_config_keys(analysis, gate)
@@ -453,7 +458,7 @@ def behind_from_callgraph(analysis) -> BehindFn:
             refs.setdefault(key, ModuleRef(sink.artifact or sink.loader, [], [Link(
                 "binary", sink.path, sink.line, f"{sink.loader}: {sink.artifact or '?'}", sink.how)],
                 binary={"sink": sink}))
-        return Behind(sorted(refs.values(), key=lambda r: r.name), chain=via_config, outside=outside)
+        return Behind(sorted(refs.values(), key=lambda r: r.name), reason=by_value, chain=via_config, outside=outside)
 
     return behind
 

@@ -24,6 +24,8 @@ EXPECTED_SM120 = {
     ("servelib/selectors.py", 11): ("unresolved", []),
     ("servelib/selectors.py", 19): ("hardware-bound", [("kernlib/data/csrc/hopper_gemm.cu", 4, "ptx.wgmma")]),
     ("servelib/selectors.py", 27): ("software-only", []),
+    ("servelib/selectors.py", 35): ("unresolved", []),
+    ("servelib/selectors.py", 41): ("software-only", []),
     ("servelib/fusion.py", 9): ("software-only", []),
     ("servelib/moe.py", 11): ("software-only", []),
     ("servelib/moe.py", 18): ("software-only", []),
@@ -78,7 +80,9 @@ def test_no_patch_for_hardware_bound(result):
 def test_targets_that_are_admitted_give_no_finding(reg):
     r = scan(ROOT, [reg.parse("sm_90")])
     assert [(f.gate.path, f.gate.line, f.verdict) for f in r.findings] == [
-        ("kernlib/jit/modules.py", 28, "hardware-bound"), ("kernlib/jit/modules.py", 33, "hardware-bound")]
+        ("kernlib/jit/modules.py", 28, "hardware-bound"), ("kernlib/jit/modules.py", 33, "hardware-bound"),
+        # pick_dtype's test is on sm_100 alone
+        ("servelib/selectors.py", 35, "unresolved"), ("servelib/selectors.py", 41, "software-only")]
 
 
 def test_patch_round_trip(tmp_path, reg, result):
@@ -192,3 +196,12 @@ def test_partial_needs_an_entry_point_known_to_be_real(reg, exports, verdict):
     f = classify(gate, t.gpu, reg.compile_target(t), Behind([ModuleRef("m", ["m.cu"])]),
                  _FakeTus([("real_k", "real"), ("stub_k", "empty")], exports))
     assert f.verdict == verdict
+
+
+def test_a_selection_in_a_resolver_is_not_judged_by_its_callers_branches(result):
+    # pick_dtype's `if is_sm100(): return "bf16"`: the caller's test on the value is its own gate
+    # (line 41, software-only); the selection itself is unresolved, not software-only
+    f = _finding(result, "servelib/selectors.py", 35)
+    assert f.reason.endswith("the gate selects a value its function returns, and the modules were reached only "
+                             "through its callers' branches; which returned value leads to them is not followed")
+    assert f.patch is None
