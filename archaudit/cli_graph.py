@@ -36,9 +36,6 @@ def _site(a, text: str):
     return site
 
 
-_write = write_output  # shared with the other commands
-
-
 def explain_data(a, site):
     """Data for `explain` (the lead adds per-target verdicts on top of this)."""
     return a.explain(site)
@@ -64,7 +61,7 @@ def explain_cmd(path, site, targets, fmt, output):
         _explain_targets(a, s, targets, fmt, output)
         return
     e = run_with_big_stack(lambda: explain_data(a, s))
-    _write(json.dumps(e.to_json(), indent=2) + "\n" if fmt == "json" else explain_text(e), output)
+    write_output(json.dumps(e.to_json(), indent=2) + "\n" if fmt == "json" else explain_text(e), output)
 
 
 def _explain_targets(a, site, targets, fmt, output) -> None:
@@ -85,9 +82,9 @@ def _explain_targets(a, site, targets, fmt, output) -> None:
     if fmt == "json":
         data = [{"gate": gate_to_json(e.gate, reg, reqs), "admitted": e.admitted,
                  "findings": [finding_to_json(f) for f in e.findings]} for e in expls]
-        _write(json.dumps(data, indent=2) + "\n", output)
+        write_output(json.dumps(data, indent=2) + "\n", output)
     else:
-        _write(render_text(expls, reg), output)
+        write_output(render_text(expls, reg), output)
 
 
 @click.command("graph")
@@ -104,7 +101,7 @@ def graph_cmd(path, start, fmt, depth, output):
 
     a = _open(path)
     g, names = run_with_big_stack(lambda: _subgraph(a, start, depth))
-    _write(to_dot(g, names) if fmt == "dot" else to_mermaid(g, names), output)
+    write_output(to_dot(g, names) if fmt == "dot" else to_mermaid(g, names), output)
 
 
 def _subgraph(a, start: str, depth: int):
@@ -164,7 +161,7 @@ def callgraph_cmd(path, fmt, output):
     a = _open(path)
     run_with_big_stack(a.graph.build_all)
     if fmt == "pycg":
-        _write(json.dumps(a.graph.to_pycg(), indent=1, sort_keys=True) + "\n", output)
+        write_output(json.dumps(a.graph.to_pycg(), indent=1, sort_keys=True) + "\n", output)
         return
     g = a.graph.g
     data = {
@@ -173,7 +170,7 @@ def callgraph_cmd(path, fmt, output):
                   for u, v, d in sorted(g.edges(data=True), key=lambda e: (e[0], e[1]))],
         "jit_modules": [m.to_json() for m in (a.jit.module(k) for k in sorted(a.graph.r.sinks)) if m is not None],
     }
-    _write(json.dumps(data, indent=1) + "\n", output)
+    write_output(json.dumps(data, indent=1) + "\n", output)
 
 
 def register(main: click.Group) -> None:

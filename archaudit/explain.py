@@ -23,6 +23,7 @@ class GateExplanation:
 def gates_at(source: Source, index, reg: Registry, path: str, line: int) -> list[Gate]:
     """The gates on one line, from evaluating only the innermost function that holds it."""
     from .python.gates import _to_gates
+    from .python.index import function_at_line
     from .python.interp import Interp
 
     modname = index.module_of_path.get(path)
@@ -31,12 +32,7 @@ def gates_at(source: Source, index, reg: Registry, path: str, line: int) -> list
     mod = index.module(modname, full=True)
     if mod is None:
         return []
-    src = mod.parsed.src
-    best = None
-    for qual, node in mod.functions.items():
-        end = node.line + src.count(b"\n", node.sb, node.eb)
-        if node.line <= line <= end and (best is None or node.sb >= best[1].sb):
-            best = (qual, node)
+    best = function_at_line(mod, line)
     interp = Interp(index, reg)
     if best is not None:
         interp.report_function(mod, best[0], best[1])

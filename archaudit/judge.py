@@ -382,16 +382,12 @@ def behind_from_callgraph(analysis) -> BehindFn:
         skipped = getattr(analysis.graph, "skipped_callers", {})
         analysis.graph.skip_log = set()
         try:
-            mods = analysis.modules_behind(gate)
+            mods, calls_out = analysis.behind_gate(gate)
         except RecursionError:
             return Behind([], reason="the call graph search went too deep")
         mods = [bm for bm in mods if _admitted_arm(gate, bm.arm)]
-        try:
-            outside = [(x.callee, x.chain) for x in analysis.externals_behind(gate)
-                       if _admitted_arm(gate, x.arm) and not portable_package(x.callee)]
-            outside = list({n: (n, c) for n, c in outside}.values())
-        except RecursionError:
-            outside = []
+        outside = list({x.callee: (x.callee, x.chain) for x in calls_out
+                        if _admitted_arm(gate, x.arm) and not portable_package(x.callee)}.values())
         new_skips = sorted(analysis.graph.skip_log)
         analysis.graph.skip_log = None
         # `if C: return "mnnvl"` in a resolver: its callers' branches were followed, but not which

@@ -90,12 +90,18 @@ def _expr_span(text: str, gate: Gate) -> tuple[int, int, ast.expr] | None:
     return m.start(), m.end(), node
 
 
+def _parse_or_none(text: str) -> ast.Module | None:
+    try:
+        return ast.parse(text)
+    except SyntaxError:
+        return None
+
+
 def _long_expr_span(text: str, gate: Gate, prefix: str) -> tuple[int, int, ast.expr] | None:
     """The outermost expression that starts at the gate's position and whose text begins with
     the recorded (shortened) text."""
-    try:
-        tree = ast.parse(text)
-    except SyntaxError:
+    tree = _parse_or_none(text)
+    if tree is None:
         return None
     best = None
     for n in ast.walk(tree):
@@ -195,12 +201,11 @@ class Patcher:
         return (after.resolved and not new_rules and gpu.name in after.admits
                 and set(before.admits) <= set(after.admits) and added <= same_major)
 
-    def _same_shape(self, path: str, name: str, cand: str) -> bool:
-        """A bare-name candidate must be bound in the module at `path` and, when both are plain
+    def _same_shape(self, modname: str | None, name: str, cand: str) -> bool:
+        """A bare-name candidate must be bound in module `modname` and, when both are plain
         functions, take the same required arguments as the name it stands beside."""
         if self.binding is None:
             return True
-        modname = self.index.module_of_path.get(path)
         new = self.binding(modname, cand) if modname else None
         if new is None:
             return False
@@ -209,15 +214,12 @@ class Patcher:
             return True
         return _required_params(self.index, old) == _required_params(self.index, new)
 
-    def _import_beside(self, path: str, text: str, name: str, cand: str, before: int) -> tuple[int, str] | None:
+    def _import_beside(self, path: str, text: str, tree: ast.Module | None, name: str, cand: str,
+                       before: int) -> tuple[int, str] | None:
         """(offset, text to insert) that adds `cand` to the `from X import ... name ...` statement
-        of this file, when X binds `cand` with the same required arguments as `name` and the
-        statement comes before offset `before`."""
-        if self.binding is None:
-            return None
-        try:
-            tree = ast.parse(text)
-        except SyntaxError:
+        of this file (parsed: `tree`), when X binds `cand` with the same required arguments as
+        `name` and the statement comes before offset `before`."""
+        if self.binding is None or tree is None:
             return None
         here = self.index.module_of_path.get(path) or ""
         for st in tree.body:
@@ -227,9 +229,7 @@ class Patcher:
             if alias is None or any(a.name == cand for a in st.names):
                 continue
             pkg = here.split(".")[: len(here.split(".")) - st.level] if st.level else []
-            src_mod = ".".join(pkg + ([st.module] if st.module else []))
-            new, old = self.binding(src_mod, cand), self.binding(src_mod, name)
-            if new is None or (old is not None and _required_params(self.index, old) != _required_params(self.index, new)):
+            if not self._same_shape(".".join(pkg + ([st.module] if st.module else [])), name, cand):
                 return None
             end = _offset(text, alias.end_lineno, alias.end_col_offset + 1)
             if end >= before:
@@ -308,9 +308,8 @@ class Patcher:
             if node is None:
                 continue
             text = (self.source.read(mod.path) or b"").decode("utf-8", "surrogateescape")
-            try:
-                tree = ast.parse(text)
-            except SyntaxError:
+            tree = _parse_or_none(text)
+            if tree is None:
                 continue
             fn = next((d for d in ast.walk(tree) if isinstance(d, (ast.FunctionDef, ast.AsyncFunctionDef))
                        and d.name == f.qual.rsplit(".", 1)[-1] and d.lineno <= node.line <= d.end_lineno), None)
@@ -335,6 +334,8 @@ class Patcher:
         atoms.sort(key=lambda n: (n.lineno, n.col_offset))
         # extend the last predicate atom with the same predicate spelled for the target
         seen = set()
+        modname = self.index.module_of_path.get(path)
+        tree = ...  # the file's tree: parsed once, when an import is first looked for
         for atom in reversed(atoms):
             name, core = _atom_name(atom)
             lo, hi = _node_span(src, atom)
@@ -342,10 +343,12 @@ class Patcher:
             c_lo, c_hi = _node_span(src, core)
             for cand in _candidates(name, gpu):
                 imported = None
-                if isinstance(core, ast.Name) and not self._same_shape(path, name, cand):
+                if isinstance(core, ast.Name) and not self._same_shape(modname, name, cand):
                     # the module `name` is imported from may define the target's predicate too:
                     # import it beside `name` (same statement, same layout)
-                    imported = self._import_beside(path, text, name, cand, before=start)
+                    if tree is ...:
+                        tree = _parse_or_none(text)
+                    imported = self._import_beside(path, text, tree, name, cand, before=start)
                     if imported is None:
                         continue
                 core_src = src[c_lo:c_hi]

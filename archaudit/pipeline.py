@@ -84,6 +84,11 @@ def package_resolver(source: Source, dists: list[Distribution]) -> Callable[[str
     return package_of
 
 
+# young objects left by a paused stretch beyond which they are frozen rather than collected
+# (small scans, as in the tests, are collected as usual: freezing would keep their cycles)
+FREEZE_AFTER_OBJECTS = 2_000_000
+
+
 @contextmanager
 def gc_paused():
     """Pause the cyclic garbage collector while analysing. The IR and the interpreter's values
@@ -103,10 +108,6 @@ def gc_paused():
                 gc.freeze()
             gc.enable()
 
-
-# young objects left by a paused stretch beyond which they are frozen rather than collected
-# (small scans, as in the tests, are collected as usual: freezing would keep their cycles)
-FREEZE_AFTER_OBJECTS = 2_000_000
 
 
 def run_with_big_stack(fn):

@@ -54,8 +54,9 @@ class Analysis:
     def modules_behind(self, gate: Gate | GateSite) -> list[BehindModule]:
         return self.behind.modules_behind(gate)
 
-    def externals_behind(self, gate: Gate | GateSite):
-        return self.behind.externals_behind(gate)
+    def behind_gate(self, gate: Gate | GateSite):
+        """(modules, functions outside the scan) behind the gate: see Behind.behind_gate."""
+        return self.behind.behind_gate(gate)
 
     def site_at(self, path: str, line: int) -> GateSite | None:
         """A gate position from FILE:LINE: the first expression on that line (the test of an `if`)."""

@@ -80,7 +80,6 @@ class Behind:
         self.jit = jit or JitModel(graph.r)
         self._lines: dict[str, list[int]] = {}
         self._builders: dict[str, list[Link]] = {}  # module key -> its build sites (same for every gate)
-        self.externals: dict[tuple[str, int, int], list[ExternalCall]] = {}  # gate position -> outside calls
 
     # ------------------------------------------------------------------ positions
     def _line_starts(self, ctx: Ctx) -> list[int]:
@@ -358,12 +357,17 @@ class Behind:
 
     # ------------------------------------------------------------------ API
     def modules_behind(self, gate: Gate | GateSite) -> list[BehindModule]:
+        return self.behind_gate(gate)[0]
+
+    def behind_gate(self, gate: Gate | GateSite) -> tuple[list[BehindModule], list[ExternalCall]]:
+        """The JIT modules the gate's regions reach, and the functions outside the scan they call
+        (code archaudit cannot judge), from one search."""
         site = gate if isinstance(gate, GateSite) else GateSite(gate.path, gate.line, gate.col, gate.function, gate.kind, gate.expr)
         ctx = self.locate(site)
         if ctx is None:
-            return []
+            return [], []
         out: dict[tuple[str, str], BehindModule] = {}
-        ext: dict[tuple[str, str], tuple[str, list[Call], list[Link]]] = {}
+        outside: dict[tuple[str, str], ExternalCall] = {}
         for region in self.regions(site, ctx):
             if region.arm == "flags":
                 for ln in region.links:
@@ -375,7 +379,8 @@ class Behind:
             found_ext: dict[str, list[Call]] = {}
             got = self.search(region, externals=found_ext)
             for callee, calls in found_ext.items():
-                ext.setdefault((callee, region.arm), (region.arm, calls, list(region.links)))
+                outside.setdefault((callee, region.arm), ExternalCall(
+                    callee, region.arm, list(region.links) + [Link("call", c.path, c.line, c.callee, c.how) for c in calls]))
             for key, (calls, entries) in got.items():
                 m = self.jit.module(key)
                 if m is None:
@@ -390,18 +395,8 @@ class Behind:
                     out[(key, region.arm)] = BehindModule(m, region.arm, chain, sorted(entries) or None, self.builders(m))
                 elif entries:
                     prev.entry_points = sorted(set(prev.entry_points or []) | entries)
-        self.externals[(site.path, site.line, site.col)] = [
-            ExternalCall(callee, arm, links + [Link("call", c.path, c.line, c.callee, c.how) for c in calls])
-            for (callee, _a), (arm, calls, links) in sorted(ext.items())]
-        return sorted(out.values(), key=lambda b: (b.module.name, b.arm))
-
-    def externals_behind(self, gate: Gate | GateSite) -> list["ExternalCall"]:
-        """Functions outside the scan that the gate's regions reach (after modules_behind)."""
-        site = gate if isinstance(gate, GateSite) else GateSite(gate.path, gate.line, gate.col, gate.function, gate.kind, gate.expr)
-        key = (site.path, site.line, site.col)
-        if key not in self.externals:
-            self.modules_behind(site)
-        return list(self.externals.get(key, []))
+        return (sorted(out.values(), key=lambda b: (b.module.name, b.arm)),
+                [outside[k] for k in sorted(outside)])
 
     def builders(self, m: JitModule) -> list[Link]:
         """Call sites that build a spec sink's module: `.build_and_load()` on the producer's result."""

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import networkx as nx
 
 from ..parsing.python_ir import N
-from ..python.index import Index, flatten_top
+from ..python.index import WORD, Index, flatten_top
 from .resolve import Ctx, Ref, Resolver, iter_stmts, walk_exprs
 
 UNRESOLVED_PREFIX = "<unresolved:"
@@ -28,7 +28,6 @@ MAX_CALLER_MODULES = 40  # reverse search: more modules naming a function than t
 # 170 MB of Python here, against ~0.2-0.8 s per search): a full scan gets there within a few gates,
 # `explain` of one gate never does
 WORD_INDEX_AFTER = 40
-_WORD = re.compile(rb"\w+")  # as python.gates.WORD
 
 
 def jit_node(key: str) -> str:
@@ -249,7 +248,7 @@ class CallGraph:
             data = self.index.source_bytes(m)  # read as before: unreadable files have no words
             f = facts.get(self.index.path_of[m]) if data else None
             # the prefilter workers already split these bytes into words
-            for w in (f[1].split(b"\n") if f is not None else set(_WORD.findall(data))):
+            for w in (f[1].split(b"\n") if f is not None else set(WORD.findall(data))):
                 if not w:
                     continue
                 got = words.get(w)

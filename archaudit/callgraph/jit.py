@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from ..cuda.preproc import _UNKNOWN_VALUE as UNKNOWN_VALUE
 from ..parsing.python_ir import N
+from ..python.index import function_at_line
 from .consteval import Alt, ConstEval, PathV, Unknown, flatten_values
 from .flags import Flag, FlagEval, bind_args, defines_of, hard_coded_archs, is_arch_flag, unknown_defines
 from .resolve import Ctx, Resolver, SinkSite, iter_stmts, walk_exprs
@@ -201,7 +202,7 @@ class JitModel:
             if not any(f.kind in ("arch-list", "hard-coded", "unresolved") for f in found):
                 found.append(FlagSource("no-arch", ctx.mod.path, fl[0].line, _text(ctx, fl[0]), how="no architecture flag found"))
             m.flags.extend(_dedup(found))
-        self._compile_flags(ctx, call, rule, m)
+        self._compile_flags(site, rule, m)
         if rule.own_flags and site.via == "function":
             # the sink's own defaults come first on nvcc's command line: the call's -D win
             m.defines = {**self._own_defines(site.callee, rule.own_flags), **m.defines}
@@ -217,8 +218,9 @@ class JitModel:
             got = self._own[(sink_def, local)] = defines_of([f.text for f in flags if f.kind == "flag" and not f.condition])
         return got
 
-    def _compile_flags(self, ctx: Ctx, call: N, rule, m: JitModule) -> None:
+    def _compile_flags(self, site: SinkSite, rule, m: JitModule) -> None:
         """cuda_cflags, defines, hard-coded archs and include paths of one sink call."""
+        ctx, call = site.ctx, site.call
         if rule.cuda_flags:
             items: list[Flag] = []
             for n in self._arg(call, rule.cuda_flags):
@@ -279,7 +281,7 @@ class JitModel:
         self.fe.bound = bound
         try:
             rule = next(r for r in self.r.rules.sinks if r.id == m.rule)
-            self._compile_flags(site.ctx, site.call, rule, out)
+            self._compile_flags(site, rule, out)
         finally:
             self.fe.bound = saved
         return out
@@ -290,12 +292,8 @@ class JitModel:
         mctx = self.r.ctx(modname) if modname else None
         if mctx is None or not short:
             return None, None
-        best = None
         src = mctx.mod.parsed.src
-        for q, node in mctx.mod.functions.items():
-            end = node.line + src.count(b"\n", node.sb, node.eb)
-            if node.line <= line <= end and (best is None or node.sb >= best[1].sb):
-                best = (q, node)
+        best = function_at_line(mctx.mod, line)
         ctx = self.r.ctx(f"{modname}.{best[0]}") if best else mctx
         body = ctx.node.f["body"] if ctx is not None and ctx.kind == "function" else mctx.mod.parsed.body
         for e in walk_exprs(body):

@@ -27,6 +27,7 @@ from functools import lru_cache
 from typing import Callable
 
 from ..model import Diagnostic
+from ..parsing import cpp
 from ..parsing.cpp import Scan
 from .includes import IncludeResolver, Resolution
 
@@ -324,8 +325,6 @@ def unbalanced_conditionals(data: bytes) -> list[tuple[int, str]]:
     closes = data.count(b"#endif") + data.count(b"# endif")
     if opens == closes:
         return []
-    from ..parsing import cpp
-
     return list(build_program(cpp.scan(data)).problems)
 
 

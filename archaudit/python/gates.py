@@ -16,7 +16,7 @@ from ..model import Gate
 from ..ruledata import load_rule
 from ..sources import Source
 from ..targets import Registry
-from .index import Index, ModuleInfo, _collect_defs, decode_check
+from .index import WORD, Index, ModuleInfo, _collect_defs, decode_check
 from .interp import GateRecord, Interp
 
 # Bytes that can start an architecture test in Python source. Deliberately not `sm90` alone:
@@ -28,9 +28,8 @@ TRIGGERS = (
 
 
 _IDENT = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
-# the call graph's word index splits on this; an identifier (_IDENT) is a word without its
-# leading digits, so one pass over the bytes in the prefilter workers serves both
-WORD = re.compile(rb"\w+")
+# an identifier (_IDENT) is a word (index.WORD) without its leading digits, so one pass over
+# the bytes in the prefilter workers serves the gate finder and the call graph's word index
 _DIGITS = b"0123456789"
 
 

@@ -10,9 +10,15 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable
 
+import re
+
 from ..model import Diagnostic
 from ..parsing.python_ir import N, ParsedModule, parse_python
 from ..sources import Source
+
+# the words of a file: the prefilter workers split each file on this once, and both the gate
+# finder (identifiers) and the call graph's word index use the result
+WORD = re.compile(rb"\w+")
 
 
 @dataclass
@@ -25,6 +31,17 @@ class ModuleInfo:
     defs: dict[str, N] = field(default_factory=dict)  # def/class nodes
     classes: dict[str, N] = field(default_factory=dict)  # qualname -> class node (nested too)
     functions: dict[str, N] = field(default_factory=dict)  # qualname -> def node (nested too)
+
+
+def function_at_line(mod: ModuleInfo, line: int) -> tuple[str, N] | None:
+    """The innermost function of `mod` whose lines hold `line`: (qualname in the module, node)."""
+    src = mod.parsed.src
+    best = None
+    for qual, node in mod.functions.items():
+        end = node.line + src.count(b"\n", node.sb, node.eb)
+        if node.line <= line <= end and (best is None or node.sb >= best[1].sb):
+            best = (qual, node)
+    return best
 
 
 _MISSING = object()
