@@ -77,8 +77,9 @@ def test_flags_from_a_parameter_bound_at_the_gates_call(fx):
         (ref,) = behind(g).modules
         got[fn] = (ref.defines, ref.hard_flags, [u for u in ref.unresolved if u.startswith("flags")])
     assert got == {
-        "run_hopper": ({"JITPKG_VIA_HOPPER": "1", "JITPKG_COMMON": "1", "JITPKG_LEVEL": "2"}, ["sm_90a"], []),
-        "run_blackwell": ({"JITPKG_VIA_BLACKWELL": "1", "JITPKG_COMMON": "1", "JITPKG_LEVEL": "2"}, ["sm_100a"], []),
+        # gen_jit_spec's own defaults stay when the flags are re-evaluated for the call on the chain
+        "run_hopper": ({**DEFAULTS, "JITPKG_VIA_HOPPER": "1", "JITPKG_COMMON": "1", "JITPKG_LEVEL": "2"}, ["sm_90a"], []),
+        "run_blackwell": ({**DEFAULTS, "JITPKG_VIA_BLACKWELL": "1", "JITPKG_COMMON": "1", "JITPKG_LEVEL": "2"}, ["sm_100a"], []),
     }
 
 

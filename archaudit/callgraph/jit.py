@@ -203,9 +203,6 @@ class JitModel:
                 found.append(FlagSource("no-arch", ctx.mod.path, fl[0].line, _text(ctx, fl[0]), how="no architecture flag found"))
             m.flags.extend(_dedup(found))
         self._compile_flags(site, rule, m)
-        if rule.own_flags and site.via == "function":
-            # the sink's own defaults come first on nvcc's command line: the call's -D win
-            m.defines = {**self._own_defines(site.callee, rule.own_flags), **m.defines}
         return m
 
     def _own_defines(self, sink_def: str, local: str) -> dict[str, str]:
@@ -246,6 +243,10 @@ class JitModel:
             archs = hard_coded_archs(known)
             m.hard_coded_archs = (archs if archs and not arch_unknown and not any(f.kind == "arch-list" for f in items)
                                   else None)
+        if rule.own_flags and site.via == "function":
+            # the sink's own defaults come first on nvcc's command line: the call's -D win (here,
+            # so that flags re-evaluated for a call on a gate's chain keep them too)
+            m.defines = {**self._own_defines(site.callee, rule.own_flags), **m.defines}
         for n in self._arg(call, rule.include_paths):
             v = self.ce.eval(ctx, n)
             items = flatten_values(v) if not isinstance(v, Unknown) else [v]
