@@ -395,11 +395,13 @@ def behind_from_callgraph(analysis) -> BehindFn:
         by_value = ("the gate selects a value its function returns, and the modules were reached only through "
                     "its callers' branches; which returned value leads to them is not followed"
                     if gate.region == "branch" and mods and all(bm.arm.startswith("caller:") for bm in mods) else "")
-        via_config: list[Link] = []
+        ambiguous: list[str] = []
         if not mods:
-            mods, via_config = _through_config_keys(analysis, gate)
+            mods, ambiguous = _through_config_keys(analysis, gate)
         if not mods and not _binary_sinks_in(analysis, {gate.function}):
             why = "no JIT module is reached from the region this gate guards"
+            if ambiguous:
+                why += "; " + "; ".join(ambiguous)
             if new_skips:
                 why += ("; callers not searched (name in too many modules): "
                         + ", ".join(f"{q} ({skipped[q]})" for q in new_skips[:3]))
@@ -454,7 +456,7 @@ def behind_from_callgraph(analysis) -> BehindFn:
             refs.setdefault(key, ModuleRef(sink.artifact or sink.loader, [], [Link(
                 "binary", sink.path, sink.line, f"{sink.loader}: {sink.artifact or '?'}", sink.how)],
                 binary={"sink": sink}))
-        return Behind(sorted(refs.values(), key=lambda r: r.name), reason=by_value, chain=via_config, outside=outside)
+        return Behind(sorted(refs.values(), key=lambda r: r.name), reason=by_value, outside=outside)
 
     return behind
 
@@ -503,18 +505,19 @@ def _through_config_keys(analysis, gate: Gate):
     ctx = analysis.behind.locate(site)
     if ctx is None:
         return [], []
-    keys: dict[str, int] = {}
+    keys: dict[str, tuple[int, bool]] = {}
     for r in analysis.behind.regions(site, ctx):
         if not _admitted_arm(gate, r.arm):
             continue
         src = r.ctx.mod.parsed.src
         for a, b in r.spans:
             for m in _CONFIG_KEY.finditer(src, a, b):
-                keys.setdefault((m.group(1) or m.group(2)).decode(), src.count(b"\n", 0, m.start()) + 1)
-    found = []
-    for key, line in sorted(keys.items()):
+                keys.setdefault((m.group(1) or m.group(2)).decode(),
+                                (src.count(b"\n", 0, m.start()) + 1, m.group(2) is not None))
+    found, ambiguous = [], []
+    for key, (line, attribute) in sorted(keys.items()):
         reader = re.compile(rb"(?:\.|[\"'])" + re.escape(key.encode()) + rb"\b(?![\"']\s*:)(?!\s*=[^=])")
-        sites = []
+        sites, self_reads = [], []
         for modname in analysis.graph.modules_naming(key):
             path = analysis.index.path_of[modname]
             data = analysis.index.source_bytes(modname)
@@ -522,10 +525,19 @@ def _through_config_keys(analysis, gate: Gate):
                 ln = data.count(b"\n", 0, m.start()) + 1
                 if (path, ln) != (gate.path, gate.line):
                     sites.append((path, ln))
+                    if data[max(0, m.start() - 4):m.start()] == b"self":
+                        self_reads.append((path, ln))
         if len(sites) > MAX_CONFIG_READERS:
             continue
-        for path, ln in sites:
-            rs = analysis.site_at(path, ln)
+        resolved = [(p, ln, analysis.site_at(p, ln)) for p, ln in sites]
+        classes = _unrelated_classes(analysis, [rs for p, ln, rs in resolved if (p, ln) in self_reads])
+        if attribute and len(classes) > 1:
+            # `obj.key = True` with `self.key` read in unrelated classes: which class's instance
+            # the guarded code sets is not known, and each reader may lead somewhere else
+            ambiguous.append(f"setting `{key}` (line {line}) is read as `self.{key}` in {len(classes)} unrelated "
+                             f"classes ({', '.join(classes[:3])}); which one the guarded code sets is not followed")
+            continue
+        for path, ln, rs in resolved:
             if rs is None:
                 continue
             try:
@@ -537,4 +549,21 @@ def _through_config_keys(analysis, gate: Gate):
             for bm in got:
                 bm.chain = hop + list(bm.chain)
             found += got
-    return found, []
+    return found, ambiguous
+
+
+def _unrelated_classes(analysis, sites) -> list[str]:
+    """The classes holding these method-level sites, one per family (a class and its scanned
+    bases or subclasses count once)."""
+    r = analysis.behind.r
+    classes = []
+    for rs in sites:
+        owner = (rs.function or "").rsplit(".", 1)[0] if rs is not None else ""
+        c = r.ctx(owner) if owner else None
+        if c is not None and c.kind == "class" and owner not in classes:
+            classes.append(owner)
+    out: list[str] = []
+    for cls in classes:
+        if not any(cls in r.mro(o) or o in r.mro(cls) for o in out):
+            out.append(cls)
+    return out

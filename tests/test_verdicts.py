@@ -19,6 +19,8 @@ EXPECTED_SM120 = {
     ("kernlib/jit/modules.py", 28): ("hardware-bound", [("kernlib/data/csrc/blackwell.cu", 4, "trap-stub")]),
     ("kernlib/jit/modules.py", 33): ("hardware-bound", [("kernlib/data/csrc/cute_gemm.cu", 9, "trap-stub"),
                                                         ("kernlib/data/csrc/cute_gemm.cu", 22, "trap-stub")]),
+    ("servelib/attn_patch.py", 23): ("unresolved", []),
+    ("servelib/attn_patch.py", 45): ("software-only", []),
     ("servelib/auto_enable.py", 14): ("software-only", []),
     ("servelib/communicator.py", 15): ("software-only", []),
     ("servelib/selectors.py", 11): ("unresolved", []),
@@ -137,6 +139,19 @@ def test_setting_turned_on_by_a_gate_is_followed_to_its_readers(result):
         ("config", "servelib/moe.py", 19, "config-key"),
         ("region", "servelib/moe.py", 24, "then")]
     assert [m.name for m in f.modules] == ["comm"]
+
+
+def test_a_setting_read_in_unrelated_classes_is_not_followed(result):
+    """`block.attn.<key> = True` on an object of unknown class, read as `self.<key>` by two
+    unrelated classes: following either reader by name could judge the wrong kernels."""
+    f = _finding(result, "servelib/attn_patch.py", 23)
+    assert f.modules == [] and f.patch is None
+    assert ("setting `_use_fused_attention_kernel` (line 26) is read as `self._use_fused_attention_kernel` in 2 "
+            "unrelated classes (servelib.attn_patch.DenseAttention, servelib.attn_patch.SparseAttention)") in f.reason
+    # a class and its subclass are one family: that setting is followed
+    g = _finding(result, "servelib/attn_patch.py", 45)
+    assert [m.name for m in g.modules] == ["norm"]
+    assert ("config", "servelib/attn_patch.py", 47, "config-key") in [(x.kind, x.path, x.line, x.how) for x in g.chain]
 
 
 def test_else_branch_is_not_what_the_gate_admits(result):
