@@ -81,6 +81,8 @@ def _explain_targets(a, site, targets, fmt, output) -> None:
         raise click.UsageError(f"{site.path}:{site.line}: no architecture gate on this line")
     if fmt == "json":
         data = [{"gate": gate_to_json(e.gate, reg, reqs), "admitted": e.admitted,
+                 "not_evaluated": [{"target": t, "earlier_arm": {"path": eg.path, "line": eg.line, "expr": eg.expr}}
+                                   for t, eg in e.not_evaluated],
                  "findings": [finding_to_json(f) for f in e.findings]} for e in expls]
         write_output(json.dumps(data, indent=2) + "\n", output)
     else:

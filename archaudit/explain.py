@@ -18,6 +18,8 @@ class GateExplanation:
     gate: Gate
     findings: list[Finding] = field(default_factory=list)  # one per target the gate excludes
     admitted: list[str] = field(default_factory=list)  # targets the gate admits (no finding)
+    # targets that never evaluate the gate: (target, the earlier if/elif arm's gate that admits it)
+    not_evaluated: list[tuple[str, Gate]] = field(default_factory=list)
 
 
 def gates_at(source: Source, index, reg: Registry, path: str, line: int) -> list[Gate]:
@@ -54,7 +56,7 @@ def explain(source: Source, files: list[str], index, reg: Registry, path: str, l
             targets: list[TargetRequest], path_based: bool) -> list[GateExplanation]:
     from .callgraph import Analysis
     from .cuda.tu import CudaProject
-    from .judge import TuCache, behind_from_callgraph, judge_gates
+    from .judge import TuCache, behind_from_callgraph, judge_gates, tests_before_from_callgraph
     from .patch import Patcher, module_binding, reevaluate_gate
     from .pipeline import _Reader
 
@@ -63,13 +65,19 @@ def explain(source: Source, files: list[str], index, reg: Registry, path: str, l
         return []
     reader = _Reader(source)
     project = CudaProject(reader, CudaProject.discover_include_roots(files, reader), files=files)
-    behind = behind_from_callgraph(Analysis(source, index))
+    analysis = Analysis(source, index)
+    behind = behind_from_callgraph(analysis)
+    tests_before = tests_before_from_callgraph(analysis)
     py_files = [f for f in files if f.endswith(".py")]
     patcher = Patcher(source, index, reg, lambda s, g: reevaluate_gate(s, g, reg, py_files, path_based),
                       module_binding(index, reg))
-    # the gates down each chain, so that the patch plan can name them
+    # the gates down each chain, so that the patch plan can name them, and those of the tests
+    # that run before each gate
     chain_gates = list(gates)
     for g in gates:
+        if g.path.endswith(".py"):
+            for _rel, ln, _col, _text in tests_before(g):
+                chain_gates += gates_at(source, index, reg, g.path, ln)
         for ref in behind(g).modules:
             if ref.flags_gate and ref.flags_gate != (g.path, g.line):
                 chain_gates += gates_at(source, index, reg, *ref.flags_gate)
@@ -77,8 +85,11 @@ def explain(source: Source, files: list[str], index, reg: Registry, path: str, l
     tus = TuCache(project)
     out = []
     for g in gates:
-        fs = judge_gates([g], pairs, behind, tus, patcher, all_gates=chain_gates)
-        out.append(GateExplanation(g, fs, [t.gpu.name for t in targets if t.gpu.name in g.admits]))
+        skipped: list = []
+        fs = judge_gates([g], pairs, behind, tus, patcher, all_gates=chain_gates,
+                         tests_before=tests_before, not_evaluated=skipped)
+        out.append(GateExplanation(g, fs, [t.gpu.name for t in targets if t.gpu.name in g.admits],
+                                   [(t, eg) for _g, t, eg in skipped]))
     return out
 
 
@@ -92,6 +103,8 @@ def render_text(expls: list[GateExplanation], reg: Registry) -> str:
         lines.append(f"  resolution: {g.resolution}")
         for t in e.admitted:
             lines.append(f"  {t}: admitted, nothing to judge")
+        for t, eg in e.not_evaluated:
+            lines.append(f"  {t}: not evaluated: the earlier arm at line {eg.line} (`{eg.expr}`) admits it, nothing to judge")
         for f in e.findings:
             lines.append("")
             lines.append(f"  {f.target}: {f.verdict.upper()}")

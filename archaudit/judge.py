@@ -309,26 +309,75 @@ def portable_package(dotted: str) -> bool:
     return top in sys.stdlib_module_names or top in rules.get("portable", []) or top in ("builtins", "__future__")
 
 
+TestsBefore = Callable[[Gate], list]  # Behind.tests_before for a gate: (relation, line, col, text)
+
+
 def judge_gates(gates: list[Gate], gpus: list[tuple[Gpu, CompileTarget]], behind: BehindFn, tus: TuCache,
-                patcher=None, progress=None, all_gates: list[Gate] | None = None) -> list[Finding]:
+                patcher=None, progress=None, all_gates: list[Gate] | None = None,
+                tests_before: TestsBefore | None = None, not_evaluated: list | None = None) -> list[Finding]:
     """Every gate x target that the gate excludes, classified; software-only ones with a patch
-    plan that covers every gate on the chain (looked up in all_gates, default: gates)."""
-    by_place = {(g.path, g.line): g for g in (all_gates if all_gates is not None else gates)}
+    plan that covers every gate on the chain (looked up in all_gates, default: gates).
+    With tests_before, a gate the target never evaluates because an earlier arm of its if/elif
+    chain admits the target gives no finding (appended to not_evaluated as (gate, target, that
+    arm's gate)); one that an earlier gate stops first says so, and its plan patches that one too."""
+    known = all_gates if all_gates is not None else gates
+    by_place = {(g.path, g.line): g for g in known}
+    by_pos: dict[tuple[str, int, int], list[Gate]] = {}
+    for g in known:
+        by_pos.setdefault((g.path, g.line, g.col), []).append(g)
     cache: dict[tuple[str, int], Behind] = {}
+    before_cache: dict[tuple[str, int, int], list[tuple[str, Gate]]] = {}
     findings: list[Finding] = []
     excluding = [(g, gpu, ct) for g in gates for gpu, ct in gpus if gpu.name not in g.admits]
     for i, (g, gpu, ct) in enumerate(excluding):
         if progress and i % 25 == 0:
             progress(f"judging {i}/{len(excluding)} gate x target pairs")
+        earlier = []
+        if tests_before is not None:
+            key = (g.path, g.line, g.col)
+            if key not in before_cache:
+                before_cache[key] = _gates_before(g, tests_before, by_pos)
+            earlier = before_cache[key]
+        served = next((eg for rel, eg in earlier if rel == "else-of" and _test_true(eg, gpu.name)), None)
+        if served is not None:
+            if not_evaluated is not None:
+                not_evaluated.append((g, gpu.name, served))
+            continue
+        stopped = [eg for rel, eg in earlier
+                   if (rel == "exit-if" and _test_true(eg, gpu.name)) or (rel == "then-of" and not _test_true(eg, gpu.name))]
         b = cache.get((g.path, g.line))
         if b is None:
             b = cache[(g.path, g.line)] = behind(g)
         f = classify(g, gpu, ct, b, tus)
+        if stopped:
+            f.reason += "; " + "; ".join(
+                f"{gpu.name} does not get this far unless the gate at {eg.path}:{eg.line} (`{eg.expr}`) lets it through"
+                for eg in stopped)
         if f.verdict in (SOFTWARE_ONLY, PARTIAL) and patcher is not None:
             # partial: the plan still applies, for the entry points the reason names as real
-            _patch_plan(f, g, gpu, b, by_place, patcher)
+            _patch_plan(f, g, gpu, b, by_place, patcher, first=stopped)
         findings.append(f)
     return sorted(findings, key=Finding.sort_key)
+
+
+def _gates_before(g: Gate, tests_before: TestsBefore, by_pos) -> list[tuple[str, Gate]]:
+    """The tests deciding whether g is reached that are, as a whole, a resolved gate."""
+    if not g.path.endswith(".py"):
+        return []
+    out = []
+    for rel, line, col, text in tests_before(g):
+        for eg in by_pos.get((g.path, line, col), []):
+            whole = eg.expr == text or (eg.expr.endswith("...") and text.startswith(eg.expr[:-3]))
+            if whole and eg.resolved and eg.region in ("branch", "after-early-exit") and eg is not g:
+                out.append((rel, eg))
+                break
+    return out
+
+
+def _test_true(g: Gate, gpu: str) -> bool:
+    """Whether the gate's test is true on gpu. A refusal (`if not ok: raise`) admits the GPUs
+    that go on, i.e. those for which its test is false."""
+    return (gpu in g.admits) != (g.region == "after-early-exit")
 
 
 def patch_gates_of(f: Finding, gates: list[Gate]) -> list[Gate]:
@@ -337,24 +386,25 @@ def patch_gates_of(f: Finding, gates: list[Gate]) -> list[Gate]:
     return [by_place.get(p, f.gate) for p in f.plan] or [f.gate]
 
 
-def _patch_plan(f: Finding, g: Gate, gpu: Gpu, b: Behind, by_place, patcher) -> None:
+def _patch_plan(f: Finding, g: Gate, gpu: Gpu, b: Behind, by_place, patcher, first: list[Gate] = ()) -> None:
     """The gate's own patch plus one for each gate further down the chain (the arch list feeding
-    a module's nvcc flags) that also excludes the target."""
-    plan = [g]
+    a module's nvcc flags) that also excludes the target; `first`: gates that stop the target
+    before it reaches this one."""
+    plan = list(first) + [g]
     for ref in b.modules:
         fg = by_place.get(ref.flags_gate) if ref.flags_gate else None
         if fg is not None and fg is not g and gpu.name not in fg.admits and fg not in plan:
             plan.append(fg)
+    from .patch import combined_patch
+
     f.plan = [(pg.path, pg.line) for pg in plan]
-    diffs, notes = [], []
+    diff, done = combined_patch(patcher, plan, gpu, in_gate_order=True)
+    by_gate = {(pg.path, pg.line, pg.col): p for pg, p in done}
+    notes = []
     for pg in plan:
-        p = patcher.patch(pg, gpu)
-        if p.diff:
-            diffs.append(p.diff)
-            notes.append(f"{pg.path}:{pg.line}: {p.description}")
-        else:
-            notes.append(f"{pg.path}:{pg.line}: no patch ({p.description})")
-    f.patch = "".join(diffs) or None
+        p = by_gate[(pg.path, pg.line, pg.col)]
+        notes.append(f"{pg.path}:{pg.line}: " + (p.description if p.diff else f"no patch ({p.description})"))
+    f.patch = diff or None
     f.reason += "; patch plan: " + "; ".join(notes)
 
 
@@ -395,6 +445,15 @@ def behind_from_callgraph(analysis) -> BehindFn:
         by_value = ("the gate selects a value its function returns, and the modules were reached only through "
                     "its callers' branches; which returned value leads to them is not followed"
                     if gate.region == "branch" and mods and all(bm.arm.startswith("caller:") for bm in mods) else "")
+        # `if backend == "cutedsl": if not ok: raise ...; return backend`: the refusal guards one
+        # case of what the function returns, while its callers' code was followed for every value
+        if (gate.region == "after-early-exit" and mods and gate.path.endswith(".py")
+                and all(any(x.how == "caller-branch" for x in bm.chain) for bm in mods)):
+            outer = next((t for t in _tests_before(analysis, gate) if t[0] in ("then-of", "else-of")), None)
+            if outer is not None:
+                by_value = (f"the refusal sits inside `if {outer[3]}:` (line {outer[1]}), one case of what its function "
+                            f"returns, and the modules were reached only through its callers' branches; which "
+                            f"returned value leads to them is not followed")
         ambiguous: list[str] = []
         if not mods:
             mods, ambiguous = _through_config_keys(analysis, gate)
@@ -459,6 +518,19 @@ def behind_from_callgraph(analysis) -> BehindFn:
         return Behind(sorted(refs.values(), key=lambda r: r.name), reason=by_value, outside=outside)
 
     return behind
+
+
+def tests_before_from_callgraph(analysis) -> TestsBefore:
+    return lambda g: _tests_before(analysis, g)
+
+
+def _tests_before(analysis, g: Gate) -> list:
+    from .callgraph import GateSite
+
+    try:
+        return analysis.behind.tests_before(GateSite(g.path, g.line, g.col, g.function, g.kind, g.expr))
+    except RecursionError:
+        return []
 
 
 def _admitted_arm(gate: Gate, arm: str) -> bool:

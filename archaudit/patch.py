@@ -466,15 +466,18 @@ def module_binding(index, reg: Registry):
     return lambda modname, name: interp.global_value(modname, name)
 
 
-def combined_patch(patcher: Patcher, gates: list[Gate], gpu: Gpu) -> tuple[str, list[tuple[Gate, Patch]]]:
-    """One diff for many gates: edits are applied one after another in memory (later lines first,
-    so earlier positions stay valid) and each is verified on the text that carries the others."""
+def combined_patch(patcher: Patcher, gates: list[Gate], gpu: Gpu,
+                   in_gate_order: bool = False) -> tuple[str, list[tuple[Gate, Patch]]]:
+    """One diff for many gates: edits are applied one after another in memory, top down (a gate
+    that an earlier refusal guards is verified with that refusal already patched; lines added by an
+    import move the gates below; on one line, right to left so columns stay valid), and each is
+    verified on the text that carries the others."""
     original: dict[str, str] = {}
     current: dict[str, bytes] = {}
     done: list[tuple[Gate, Patch]] = []
     unique = {(g.path, g.line, g.col): g for g in gates}
     inserted: dict[str, list[tuple[int, int]]] = {}  # path -> (after line, lines added) by earlier edits
-    for g in sorted(unique.values(), key=lambda g: (g.path, -g.line, -g.col)):
+    for g in sorted(unique.values(), key=lambda g: (g.path, g.line, -g.col)):
         overlay = OverlaySource(patcher.source, current)
         moved = g.line + sum(k for at, k in inserted.get(g.path, ()) if g.line > at)
         p = patcher.patch(dataclasses.replace(g, line=moved) if moved != g.line else g, gpu, overlay)
@@ -486,8 +489,10 @@ def combined_patch(patcher: Patcher, gates: list[Gate], gpu: Gpu) -> tuple[str, 
             before = (current.get(p.path) or patcher.source.read(p.path) or b"").decode("utf-8", "surrogateescape")
             inserted.setdefault(p.path, []).extend(_inserted_lines(before, p.new_text))
             current = {**current, p.path: p.new_text.encode("utf-8", "surrogateescape")}
+    # files by name, or in the order the gates name them (a plan reads from the gate down its chain)
+    order = list(dict.fromkeys(g.path for g in gates)) if in_gate_order else sorted(current)
     diff = "".join(unified_diff(path, original[path], current[path].decode("utf-8", "surrogateescape"))
-                   for path in sorted(current))
+                   for path in sorted(current, key=order.index))
     return diff, sorted(done, key=lambda gp: (gp[0].path, gp[0].line))
 
 

@@ -234,11 +234,12 @@ def _scan(path, targets, reg, progress, cache, workers) -> ScanResult:
     findings: list[Finding] = []
     patcher = None
     tu_problems: list[Diagnostic] = []  # sources a JIT module compiles that nvcc would reject
+    not_evaluated: list = []  # gate x target pairs an earlier arm of the same if/elif serves
     # the IR memory bound is proven exact for the gate scan only (tests/test_perf.py); the call
     # graph and the patcher keep their own references to modules, so nothing is evicted now
     index.ir_budget = None
     if targets:
-        findings, patcher, tu_problems = run_with_big_stack(
+        findings, patcher, tu_problems, not_evaluated = run_with_big_stack(
             lambda: judge_scan(source, files, index, gates, targets, reg, path_based, say))
     budget = [
         Diagnostic(index.path_of.get(m, m), "analysis-budget",
@@ -259,6 +260,7 @@ def _scan(path, targets, reg, progress, cache, workers) -> ScanResult:
         "python_functions_evaluated": gscan.evaluated_functions,
         "gate_rounds": gscan.rounds,
         "findings": len(findings),
+        "not_evaluated": len(not_evaluated),
         "seconds": round(time.perf_counter() - t0, 3),
     }
     result = ScanResult(
@@ -367,14 +369,15 @@ def judge_scan(source: Source, files: list[str], index: Index, gates: list[Gate]
     """Verdicts for every gate x target the gate excludes (archaudit.judge)."""
     from .callgraph import Analysis
     from .cuda.tu import CudaProject
-    from .judge import Behind, ModuleRef, TuCache, behind_from_callgraph, judge_gates
+    from .judge import Behind, ModuleRef, TuCache, behind_from_callgraph, judge_gates, tests_before_from_callgraph
     from .patch import Patcher, module_binding, reevaluate_gate
 
     reader = _Reader(source)
     say("finding include roots")
     project = CudaProject(reader, CudaProject.discover_include_roots(files, reader), files=files)
     py_files = [f for f in files if f.endswith(".py")]
-    python_behind = behind_from_callgraph(Analysis(source, index))
+    analysis = Analysis(source, index)
+    python_behind = behind_from_callgraph(analysis)
 
     def behind(g: Gate) -> Behind:
         if g.kind == CPP_RUNTIME_CHECK:
@@ -388,5 +391,7 @@ def judge_scan(source: Source, files: list[str], index: Index, gates: list[Gate]
                       module_binding(index, reg))
     pairs = [(t.gpu, reg.compile_target(t)) for t in targets]
     tus = TuCache(project)
-    findings = judge_gates(gates, pairs, behind, tus, patcher, progress=say)
-    return findings, patcher, tus.input_problems()
+    not_evaluated: list = []
+    findings = judge_gates(gates, pairs, behind, tus, patcher, progress=say,
+                           tests_before=tests_before_from_callgraph(analysis), not_evaluated=not_evaluated)
+    return findings, patcher, tus.input_problems(), not_evaluated

@@ -29,6 +29,11 @@ EXPECTED_SM120 = {
     ("servelib/selectors.py", 35): ("unresolved", []),
     ("servelib/selectors.py", 41): ("software-only", []),
     ("servelib/fusion.py", 9): ("software-only", []),
+    # reach.py:11 (`elif is_sm90`) is not evaluated on sm_120: the arm above serves it
+    ("servelib/reach.py", 17): ("software-only", []),
+    ("servelib/reach.py", 19): ("software-only", []),
+    ("servelib/reach.py", 25): ("software-only", []),
+    ("servelib/reach.py", 28): ("unresolved", []),
     ("servelib/moe.py", 11): ("software-only", []),
     ("servelib/moe.py", 18): ("software-only", []),
     ("servelib/moe.py", 33): ("hardware-bound", [("kernlib/data/csrc/hopper_gemm.cu", 4, "ptx.wgmma")]),
@@ -83,6 +88,10 @@ def test_targets_that_are_admitted_give_no_finding(reg):
     r = scan(ROOT, [reg.parse("sm_90")])
     assert [(f.gate.path, f.gate.line, f.verdict) for f in r.findings] == [
         ("kernlib/jit/modules.py", 28, "hardware-bound"), ("kernlib/jit/modules.py", 33, "hardware-bound"),
+        # the tests that exclude sm_90 in reach.py (sm_120 first, then sm_100 only, then the
+        # returned `chosen is None`, a value the gates decide)
+        ("servelib/reach.py", 9, "software-only"), ("servelib/reach.py", 19, "software-only"),
+        ("servelib/reach.py", 28, "unresolved"), ("servelib/reach.py", 36, "unresolved"),
         # pick_dtype's test is on sm_100 alone
         ("servelib/selectors.py", 35, "unresolved"), ("servelib/selectors.py", 41, "software-only")]
 
@@ -152,6 +161,29 @@ def test_a_setting_read_in_unrelated_classes_is_not_followed(result):
     g = _finding(result, "servelib/attn_patch.py", 45)
     assert [m.name for m in g.modules] == ["norm"]
     assert ("config", "servelib/attn_patch.py", 47, "config-key") in [(x.kind, x.path, x.line, x.how) for x in g.chain]
+
+
+def test_an_elif_after_an_arm_that_admits_the_target_is_not_judged(result):
+    assert result.stats["not_evaluated"] == 1
+    assert ("servelib/reach.py", 11) not in {(f.gate.path, f.gate.line) for f in result.findings}
+
+
+def test_a_refusal_after_an_earlier_one_is_patched_with_it(result):
+    """sm_120 leaves at line 17 before line 19 tests it: the finding says so, and the plan patches
+    line 17 first; line 19's edit is verified on the text that carries line 17's."""
+    f = _finding(result, "servelib/reach.py", 19)
+    assert ("sm_120 does not get this far unless the gate at servelib/reach.py:17 "
+            "(`not (is_sm90_supported() or is_sm100_supported())`) lets it through") in f.reason
+    assert f.plan == [("servelib/reach.py", 17), ("servelib/reach.py", 19), ("kernlib/jit/modules.py", 23)]
+    assert "+    if not (is_sm90_supported() or is_sm100_supported() or is_sm120_supported()):\n" in f.patch
+    assert "+    if not (is_sm100_supported() or is_sm120_supported()):\n" in f.patch
+    assert f.patch.count("+++ servelib/reach.py") == 1
+
+
+def test_a_refusal_for_one_returned_case_is_not_credited_with_every_case(result):
+    f = _finding(result, "servelib/reach.py", 28)
+    assert "the refusal sits inside `if backend == \"fast\":` (line 27), one case of what its function returns" in f.reason
+    assert _finding(result, "servelib/reach.py", 25).verdict == "software-only"  # the unconditional one
 
 
 def test_else_branch_is_not_what_the_gate_admits(result):

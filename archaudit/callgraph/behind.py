@@ -156,6 +156,36 @@ class Behind:
                 return out
             cont = nxt
 
+    def tests_before(self, site: GateSite) -> list[tuple[str, int, int, str]]:
+        """Tests that run before the gate's statement and decide whether it is reached at all,
+        innermost last: (relation, line, col, text) with relation
+        - "else-of": the gate sits in the else/elif of this test (reached when it is false);
+        - "then-of": the gate sits in the then-branch of this test (reached when it is true);
+        - "exit-if": an earlier statement of an enclosing block leaves (raise/return/...) when
+          this test is true."""
+        ctx = self.locate(site)
+        if ctx is None:
+            return []
+        off = self._offset(ctx, site.line, site.col)
+        chain = self._chain_at(self._body(ctx), off)
+        src = ctx.mod.parsed.src
+        out = []
+
+        def test(rel: str, t: N) -> None:
+            out.append((rel, t.line, t.col, " ".join(src[t.sb:t.eb].decode("utf-8", "replace").split())))
+
+        for level, (cont, idx, st) in enumerate(chain):
+            for earlier in cont[:idx]:
+                if earlier.k == "if" and _exits(earlier.f["body"]):
+                    test("exit-if", earlier.f["test"])
+            if st.k == "if" and level + 1 < len(chain):
+                inner = chain[level + 1][0]
+                if inner is st.f["body"]:
+                    test("then-of", st.f["test"])
+                elif inner is st.f["orelse"]:
+                    test("else-of", st.f["test"])
+        return out
+
     # ------------------------------------------------------------------ regions
     def regions(self, site: GateSite, ctx: Ctx) -> list[Region]:
         off = self._offset(ctx, site.line, site.col)
