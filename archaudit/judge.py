@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from .model import (BINARY_ONLY, HARDWARE_BOUND, PARTIAL, SOFTWARE_ONLY, UNRESOLVED, Diagnostic, Evidence, Finding, Gate,
+from .model import (BINARY_ONLY, CPP_RUNTIME_CHECK, HARDWARE_BOUND, PARTIAL, SOFTWARE_ONLY, UNRESOLVED, Diagnostic, Evidence, Finding, Gate,
                     Kernel, Link, ModuleVerdict)
 from .targets import CompileTarget, Gpu, Registry
 
@@ -46,6 +46,8 @@ class ModuleRef:
     # the module is only ever built for these, whatever the gate says
     hard_flags: list[str] | None = None
     notes: list[str] = field(default_factory=list)  # flags/include paths not followed that do not block
+    # a runtime check's own translation unit, judged alone (no JIT module is known to compile it)
+    own_unit_only: bool = False
 
 
 @dataclass
@@ -228,6 +230,10 @@ def classify(gate: Gate, gpu: Gpu, ct: CompileTarget, behind: Behind, tus: TuCac
         elif mv.prediction == "unknown":
             verdicts.append(UNRESOLVED)
             reasons.append(f"{ref.name}: {mv.reason}")
+        elif ref.own_unit_only and not mv.kernels and mv.prediction != "fails":
+            verdicts.append(UNRESOLVED)
+            reasons.append(f"{ref.name}: the check guards host code that defines no kernel, and no JIT module in the "
+                           f"scan is known to compile this file with the sources that define the kernels it launches")
         elif mv.prediction == "fails":
             verdicts.append(HARDWARE_BOUND)
             f.evidence.extend(mj.evidence)
@@ -429,6 +435,8 @@ def behind_from_callgraph(analysis) -> BehindFn:
     """Adapt the call graph's answer (archaudit.callgraph) to what the judge needs."""
 
     def behind(gate: Gate) -> Behind:
+        if gate.kind == CPP_RUNTIME_CHECK:
+            return _behind_runtime_check(analysis, gate)
         skipped = getattr(analysis.graph, "skipped_callers", {})
         analysis.graph.skip_log = set()
         try:
@@ -465,47 +473,7 @@ def behind_from_callgraph(analysis) -> BehindFn:
                 why += ("; callers not searched (name in too many modules): "
                         + ", ".join(f"{q} ({skipped[q]})" for q in new_skips[:3]))
             return Behind([], reason=why, outside=outside)
-        refs: dict[str, ModuleRef] = {}
-        for bm in mods:
-            jm = bm.module
-            # flags passed down as a parameter: bound to the arguments of the call on this chain
-            # (the call of its builder function on the chain: a `call` link into it, or the
-            # `jit-module` link when the chain ends at a call whose return value is the spec)
-            via = next(((x.path, x.line) for x in bm.chain if (x.kind == "call" and x.text == jm.function) or (
-                x.kind == "jit-module" and (x.path, x.line) != (jm.path, jm.line))), None)
-            if via is not None:
-                jm = analysis.jit.flags_via(jm, *via) or jm
-            sources, host, unresolved, notes = [], [], [], []
-            for s in jm.sources:
-                if s.status == "resolved" and s.path:
-                    (sources if s.path.endswith(DEVICE_SUFFIXES) else host).append(s.path)
-                elif s.status == "generated":
-                    unresolved.append(f"source {s.text} is generated at build time"
-                                      + (f" from {', '.join(s.templates)}" if s.templates else ""))
-                else:
-                    unresolved.append(f"source {s.text}: {s.status}" + (f" ({s.reason})" if s.reason else ""))
-            for k, r in jm.unresolved:
-                # an include path outside the scan or a define with a run-time value (kept defined,
-                # value unknown to the preprocessor) does not stop the judgement; a flag list that
-                # is not constant may hide a -D that changes the active code: it does
-                (notes if k in NON_BLOCKING else unresolved).append(f"{k}: {r}")
-            if not jm.name_resolved:
-                unresolved.append(f"module name {jm.name} is not a constant")
-            flags_gate = next(((fs.path, fs.line) for fs in jm.flags if fs.kind == "arch-list"), None)
-            key = jm.key if via is None or jm is bm.module else f"{jm.key}@{via[0]}:{via[1]}"
-            ref = refs.get(key)
-            entry = frozenset(bm.entry_points) if bm.entry_points is not None else None
-            if ref is None:
-                refs[key] = ModuleRef(jm.name, sorted(dict.fromkeys(sources)), list(bm.chain), entry,
-                                      sorted(dict.fromkeys(unresolved)), include_roots=list(jm.include_paths),
-                                      defines={**_injected_defines(jm.rule), **dict(jm.defines)},
-                                      flags_gate=flags_gate,
-                                      host_sources=sorted(dict.fromkeys(host)),
-                                      hard_flags=list(jm.hard_coded_archs) if jm.hard_coded_archs else None,
-                                      notes=sorted(dict.fromkeys(notes)))
-            elif ref.entry_points is not None:
-                # reached along several paths: the union of what they call, unknown beats known
-                ref.entry_points = None if entry is None else ref.entry_points | entry
+        refs = _module_refs(analysis, mods)
         # prebuilt code loaded on the way (cubins fetched at run time, downloaded .so files):
         # looked for in the gate's function, every function on a chain and each module's builder
         funcs = {gate.function} | {x.text for bm in mods for x in bm.chain if x.kind == "call"}
@@ -518,6 +486,68 @@ def behind_from_callgraph(analysis) -> BehindFn:
         return Behind(sorted(refs.values(), key=lambda r: r.name), reason=by_value, outside=outside)
 
     return behind
+
+
+def _module_refs(analysis, mods) -> dict[str, "ModuleRef"]:
+    """ModuleRefs for the JIT modules found behind a gate, one per module (and per flags binding)."""
+    refs: dict[str, ModuleRef] = {}
+    for bm in mods:
+        jm = bm.module
+        # flags passed down as a parameter: bound to the arguments of the call on this chain
+        # (the call of its builder function on the chain: a `call` link into it, or the
+        # `jit-module` link when the chain ends at a call whose return value is the spec)
+        via = next(((x.path, x.line) for x in bm.chain if (x.kind == "call" and x.text == jm.function) or (
+            x.kind == "jit-module" and (x.path, x.line) != (jm.path, jm.line))), None)
+        if via is not None:
+            jm = analysis.jit.flags_via(jm, *via) or jm
+        sources, host, unresolved, notes = [], [], [], []
+        for s in jm.sources:
+            if s.status == "resolved" and s.path:
+                (sources if s.path.endswith(DEVICE_SUFFIXES) else host).append(s.path)
+            elif s.status == "generated":
+                unresolved.append(f"source {s.text} is generated at build time"
+                                  + (f" from {', '.join(s.templates)}" if s.templates else ""))
+            else:
+                unresolved.append(f"source {s.text}: {s.status}" + (f" ({s.reason})" if s.reason else ""))
+        for k, r in jm.unresolved:
+            # an include path outside the scan or a define with a run-time value (kept defined,
+            # value unknown to the preprocessor) does not stop the judgement; a flag list that
+            # is not constant may hide a -D that changes the active code: it does
+            (notes if k in NON_BLOCKING else unresolved).append(f"{k}: {r}")
+        if not jm.name_resolved:
+            unresolved.append(f"module name {jm.name} is not a constant")
+        flags_gate = next(((fs.path, fs.line) for fs in jm.flags if fs.kind == "arch-list"), None)
+        key = jm.key if via is None or jm is bm.module else f"{jm.key}@{via[0]}:{via[1]}"
+        ref = refs.get(key)
+        entry = frozenset(bm.entry_points) if bm.entry_points is not None else None
+        if ref is None:
+            refs[key] = ModuleRef(jm.name, sorted(dict.fromkeys(sources)), list(bm.chain), entry,
+                                  sorted(dict.fromkeys(unresolved)), include_roots=list(jm.include_paths),
+                                  defines={**_injected_defines(jm.rule), **dict(jm.defines)},
+                                  flags_gate=flags_gate,
+                                  host_sources=sorted(dict.fromkeys(host)),
+                                  hard_flags=list(jm.hard_coded_archs) if jm.hard_coded_archs else None,
+                                  notes=sorted(dict.fromkeys(notes)))
+        elif ref.entry_points is not None:
+            # reached along several paths: the union of what they call, unknown beats known
+            ref.entry_points = None if entry is None else ref.entry_points | entry
+    return refs
+
+
+def _behind_runtime_check(analysis, gate: Gate) -> Behind:
+    """A host-side check in a .cu file guards the code its JIT module compiles with that file:
+    the module(s) whose resolved sources include it. Without one, the file's own translation unit
+    is judged, and only if it defines kernels (a binding that launches kernels compiled from other
+    sources cannot be judged alone)."""
+    if not gate.path.endswith(".cu"):
+        return Behind([], reason="a runtime check in a header: the translation units including it are not followed")
+    try:
+        mods = analysis.behind.modules_compiling(gate.path, Link("region", gate.path, gate.line, gate.expr, "runtime-check"))
+    except RecursionError:
+        mods = []
+    if mods:
+        return Behind(sorted(_module_refs(analysis, mods).values(), key=lambda r: r.name))
+    return Behind([ModuleRef(gate.path.rsplit("/", 1)[-1], [gate.path], own_unit_only=True)])
 
 
 def tests_before_from_callgraph(analysis) -> TestsBefore:

@@ -19,7 +19,7 @@ import difflib
 import re
 from dataclasses import dataclass
 
-from .model import ARCH_LIST, CAPABILITY_COMPARE, FLAG, PREDICATE_CALL, Gate
+from .model import ARCH_LIST, CAPABILITY_COMPARE, CPP_RUNTIME_CHECK, FLAG, PREDICATE_CALL, Gate
 from .sources import Source
 from .targets import Gpu, Registry
 
@@ -174,6 +174,8 @@ class Patcher:
         edits = self._arch_list_edits(text, gate, gpu) if gate.kind == ARCH_LIST else (
             self._predicate_edits(text, gate, gpu) if gate.kind in (FLAG, PREDICATE_CALL, CAPABILITY_COMPARE) else [])
         if not edits:
+            if gate.kind == CPP_RUNTIME_CHECK:
+                return Patch(gate.path, None, "a C++ runtime check: archaudit edits Python gates only; widen this check by hand")
             if gate.kind == ARCH_LIST:
                 return Patch(gate.path, None, "the architecture list is neither a literal nor a module constant in this file")
             return Patch(gate.path, None, f"no predicate for {gpu.name} (or for its major) is in scope at the gate or in "

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .cache import Cache
-from .model import CPP_RUNTIME_CHECK, Diagnostic, Finding, Gate
+from .model import Diagnostic, Finding, Gate
 from .cuda.runtime_checks import scan_runtime_checks
 from .python.gates import find_python_gates
 from .python.index import Index
@@ -369,7 +369,7 @@ def judge_scan(source: Source, files: list[str], index: Index, gates: list[Gate]
     """Verdicts for every gate x target the gate excludes (archaudit.judge)."""
     from .callgraph import Analysis
     from .cuda.tu import CudaProject
-    from .judge import Behind, ModuleRef, TuCache, behind_from_callgraph, judge_gates, tests_before_from_callgraph
+    from .judge import TuCache, behind_from_callgraph, judge_gates, tests_before_from_callgraph
     from .patch import Patcher, module_binding, reevaluate_gate
 
     reader = _Reader(source)
@@ -377,21 +377,11 @@ def judge_scan(source: Source, files: list[str], index: Index, gates: list[Gate]
     project = CudaProject(reader, CudaProject.discover_include_roots(files, reader), files=files)
     py_files = [f for f in files if f.endswith(".py")]
     analysis = Analysis(source, index)
-    python_behind = behind_from_callgraph(analysis)
-
-    def behind(g: Gate) -> Behind:
-        if g.kind == CPP_RUNTIME_CHECK:
-            # a host-side check guards the code of its own translation unit
-            if g.path.endswith(".cu"):
-                return Behind([ModuleRef(g.path.rsplit("/", 1)[-1], [g.path])])
-            return Behind([], reason="a runtime check in a header: the translation units including it are not followed")
-        return python_behind(g)
-
     patcher = Patcher(source, index, reg, lambda s, g: reevaluate_gate(s, g, reg, py_files, path_based),
                       module_binding(index, reg))
     pairs = [(t.gpu, reg.compile_target(t)) for t in targets]
     tus = TuCache(project)
     not_evaluated: list = []
-    findings = judge_gates(gates, pairs, behind, tus, patcher, progress=say,
+    findings = judge_gates(gates, pairs, behind_from_callgraph(analysis), tus, patcher, progress=say,
                            tests_before=tests_before_from_callgraph(analysis), not_evaluated=not_evaluated)
     return findings, patcher, tus.input_problems(), not_evaluated

@@ -13,6 +13,8 @@ ROOT = FIXTURES / "verdicts"
 # (gate path, line) -> (verdict, [(evidence path, line, feature)])
 EXPECTED_SM120 = {
     ("kernlib/gemm.py", 6): ("hardware-bound", [("kernlib/data/csrc/hopper_gemm.cu", 4, "ptx.wgmma")]),
+    ("kernlib/data/csrc/norm_binding.cu", 11): ("software-only", []),
+    ("kernlib/data/csrc/orphan_binding.cu", 10): ("unresolved", []),
     ("kernlib/jit/modules.py", 6): ("partial", [("kernlib/data/include/kernlib/comm.cuh", 7, "empty-stub")]),
     ("kernlib/jit/modules.py", 18): ("hardware-bound", [("kernlib/data/csrc/hopper_gemm.cu", 4, "ptx.wgmma")]),
     ("kernlib/jit/modules.py", 23): ("software-only", []),
@@ -184,6 +186,20 @@ def test_a_refusal_for_one_returned_case_is_not_credited_with_every_case(result)
     f = _finding(result, "servelib/reach.py", 28)
     assert "the refusal sits inside `if backend == \"fast\":` (line 27), one case of what its function returns" in f.reason
     assert _finding(result, "servelib/reach.py", 25).verdict == "software-only"  # the unconditional one
+
+
+def test_a_runtime_check_in_a_binding_is_judged_with_its_jit_module(result):
+    """The check in norm_binding.cu guards the module that compiles it with norm.cu (where the
+    kernel is); orphan_binding.cu defines no kernel and no module compiles it: unresolved."""
+    f = _finding(result, "kernlib/data/csrc/norm_binding.cu", 11)
+    (m,) = f.modules
+    assert (m.name, m.sources) == ("norm_binding", ["kernlib/data/csrc/norm.cu", "kernlib/data/csrc/norm_binding.cu"])
+    assert [k.name for k in m.kernels] == ["rms_norm_kernel"]
+    assert [(x.kind, x.how) for x in f.chain] == [("region", "runtime-check"), ("jit-module", "compiles-source")]
+    assert "no patch (a C++ runtime check: archaudit edits Python gates only" in f.reason
+    g = _finding(result, "kernlib/data/csrc/orphan_binding.cu", 10)
+    assert g.reason == ("orphan_binding.cu: the check guards host code that defines no kernel, and no JIT module in "
+                        "the scan is known to compile this file with the sources that define the kernels it launches")
 
 
 def test_else_branch_is_not_what_the_gate_admits(result):

@@ -15,6 +15,7 @@ JIT sink nodes; entry points are the attributes called on a built module along t
 from __future__ import annotations
 
 import bisect
+import re
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -24,6 +25,7 @@ from .graph import Call, CallGraph
 from .jit import JitModel, JitModule
 from .resolve import Ctx, iter_stmts, walk_exprs
 
+WORD_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 CALLER_DEPTH = 3
 MAX_DEPTH = 10
 MAX_NODES = 4000
@@ -427,6 +429,27 @@ class Behind:
                     prev.entry_points = sorted(set(prev.entry_points or []) | entries)
         return (sorted(out.values(), key=lambda b: (b.module.name, b.arm)),
                 [outside[k] for k in sorted(outside)])
+
+    def modules_compiling(self, path: str, first: Link) -> list[BehindModule]:
+        """The JIT modules whose resolved sources include `path` (a .cu file): the sinks in the
+        Python modules that name the file's stem, each with chain first -> module."""
+        stem = path.rsplit("/", 1)[-1].rsplit(".", 1)[0]
+        if not WORD_RE.fullmatch(stem):
+            return []
+        names = set(self.g.modules_naming(stem))
+        for modname in sorted(names):
+            mod = self.r.module(modname)
+            for q in (mod.functions if mod is not None else ()):
+                self.g.expand(f"{modname}.{q}")  # resolving the calls is what finds the sinks
+        out = []
+        for key, site in sorted(self.r.sinks.items()):
+            if site.ctx.mod.name not in names:
+                continue
+            m = self.jit.module(key)
+            if m is not None and any(s.status == "resolved" and s.path == path for s in m.sources):
+                out.append(BehindModule(m, "statement", [first, Link("jit-module", m.path, m.line, m.name, "compiles-source")],
+                                        None, self.builders(m)))
+        return out
 
     def builders(self, m: JitModule) -> list[Link]:
         """Call sites that build a spec sink's module: `.build_and_load()` on the producer's result."""
