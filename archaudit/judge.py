@@ -244,7 +244,8 @@ def classify(gate: Gate, gpu: Gpu, ct: CompileTarget, behind: Behind, tus: TuCac
             real = [k for k in kernels if k.status == "real"]
             undecided = [k for k in kernels if k.status not in STUBS and k.status != "real"]
             scope = (f"entry point(s) {', '.join(sorted(ref.entry_points))}" if narrowed else "the module")
-            for k in stubs:
+            # concrete evidence first: an ArchTag only names what the code was written for
+            for k in sorted(stubs, key=lambda k: mj.stub_kind.get(k.name, "").startswith("arch-tag")):
                 what = ("is an empty kernel that silently does nothing" if k.status == "empty-stub"
                         else f"stops at run time: {mj.stub_kind[k.name]}" if k.name in mj.stub_kind
                         else "only traps")

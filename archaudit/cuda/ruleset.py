@@ -32,6 +32,9 @@ class FeatureRule:
     supported_spec: tuple[str, ...] = field(default=(), compare=False, repr=False)
     probe_include: str = field(default="", compare=False, repr=False)  # macro probes
     requires: tuple[str, ...] = field(default=(), compare=False, repr=False)  # atoms: instructions they emit
+    # a CUTLASS ArchTag names the architecture a kernel was written for, not an instruction it
+    # runs: evidence only where no concrete instruction or atom stands behind the same verdict
+    selection_tag: bool = False
 
     def supports(self, target: CompileTarget) -> bool:
         return target.name in self.supported_on
@@ -144,6 +147,7 @@ def _feature(entry: dict, i: int) -> FeatureRule:
         supported_spec=tuple([spec] if isinstance(spec, str) else spec),
         probe_include=entry.get("probe_include", "cute/arch/config.hpp" if kind == "atom" else ""),
         requires=tuple(entry.get("requires", ())),
+        selection_tag=bool(entry.get("selection_tag", False)),
     )
 
 

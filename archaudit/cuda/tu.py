@@ -60,7 +60,7 @@ class FeatureUse:
 class StubSite:
     path: str
     line: int
-    kind: str  # "__trap" | "asm-trap" | "CUTLASS_NOT_IMPLEMENTED" | "CUTE_INVALID_CONTROL_PATH" | "empty-kernel" | "atom" | "smem"
+    kind: str  # "__trap" | "asm-trap" | "CUTLASS_NOT_IMPLEMENTED" | "CUTE_INVALID_CONTROL_PATH" | "empty-kernel" | "atom" | "arch-tag" | "smem"
     text: str
     function: str = ""
     guard_line: int | None = None
@@ -548,7 +548,8 @@ def _judge(proj: CudaProject, relpath: str, target: CompileTarget, pr: PreprocRe
                 if not r.supports(target):
                     if st is True:
                         res.blocking.append(fu)
-                        res.stubs.append(StubSite(path, h.line, "atom", h.text, owner_name(ff, h.top)))
+                        res.stubs.append(StubSite(path, h.line, "arch-tag" if r.selection_tag else "atom", h.text,
+                                                  owner_name(ff, h.top)))
                     else:
                         fu.certain = False
                         maybe_blocking.append(fu)
@@ -641,7 +642,8 @@ def _judge(proj: CudaProject, relpath: str, target: CompileTarget, pr: PreprocRe
 
     key = lambda f: (0 if f.path == relpath else 1, order.get(f.path, 1 << 30), f.line)
     res.blocking.sort(key=key)
-    res.stubs.sort(key=lambda s: (0 if s.path == relpath else 1, order.get(s.path, 1 << 30), s.line))
+    # concrete evidence first: an ArchTag only says what a kernel was written for
+    res.stubs.sort(key=lambda s: (s.kind == "arch-tag", 0 if s.path == relpath else 1, order.get(s.path, 1 << 30), s.line))
     maybe_blocking.sort(key=key)
     for k in res.kernels:
         if k.status in ("empty", "trap"):
