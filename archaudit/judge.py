@@ -48,6 +48,7 @@ class ModuleRef:
     notes: list[str] = field(default_factory=list)  # flags/include paths not followed that do not block
     # a runtime check's own translation unit, judged alone (no JIT module is known to compile it)
     own_unit_only: bool = False
+    guarded_function: str | None = None  # a C++ runtime check: the function holding it
 
 
 @dataclass
@@ -92,6 +93,7 @@ class ModuleJudgement:
     evidence: list[Evidence]  # blocking lines when the module fails
     entry_kernels: dict[str, list[str]]  # exported name -> kernels (and stub functions) it reaches
     stub_kind: dict[str, str] = field(default_factory=dict)  # function stub -> what makes it one
+    entry_reached: dict[str, set[str]] = field(default_factory=dict)  # exported name -> functions it reaches
 
 
 def judge_module(ref: ModuleRef, ct: CompileTarget, tus: TuCache) -> ModuleJudgement:
@@ -147,6 +149,7 @@ def judge_module(ref: ModuleRef, ct: CompileTarget, tus: TuCache) -> ModuleJudge
                 stub_kind[name] = f"{st.kind} ({st.text[:80]})"
         for name, e in tu.exports.items():
             out.entry_kernels[name] = sorted(set(e.kernels) | ({n for n in e.reached if n in stub_kind}))
+            out.entry_reached.setdefault(name, set()).update({e.function, *e.reached})
         if tu.prediction == "fails":
             mv.prediction = "fails"
             mv.reason = mv.reason or tu.reason
@@ -239,11 +242,16 @@ def classify(gate: Gate, gpu: Gpu, ct: CompileTarget, behind: Behind, tus: TuCac
             f.evidence.extend(mj.evidence)
             reasons.append(f"{ref.name}: {mv.reason}")
         else:
-            kernels, narrowed = reached_kernels(mj, ref.entry_points)
+            entry_points = ref.entry_points
+            if ref.guarded_function:
+                # a C++ check guards its own function: the exports that reach it
+                entry_points = frozenset(e for e, fns in mj.entry_reached.items()
+                                         if ref.guarded_function in fns) or entry_points
+            kernels, narrowed = reached_kernels(mj, entry_points)
             stubs = [k for k in kernels if k.status in STUBS]
             real = [k for k in kernels if k.status == "real"]
             undecided = [k for k in kernels if k.status not in STUBS and k.status != "real"]
-            scope = (f"entry point(s) {', '.join(sorted(ref.entry_points))}" if narrowed else "the module")
+            scope = (f"entry point(s) {', '.join(sorted(entry_points))}" if narrowed else "the module")
             # concrete evidence first: an ArchTag only names what the code was written for
             for k in sorted(stubs, key=lambda k: mj.stub_kind.get(k.name, "").startswith("arch-tag")):
                 what = ("is an empty kernel that silently does nothing" if k.status == "empty-stub"
@@ -257,10 +265,11 @@ def classify(gate: Gate, gpu: Gpu, ct: CompileTarget, behind: Behind, tus: TuCac
                 verdicts.append(UNRESOLVED)
                 reasons.append(f"{ref.name}: kernel(s) {', '.join(k.name for k in undecided)} are under conditions "
                                f"that could not be decided for {ct.name}")
-            elif stubs and (not real or _all_entries_stub(mv, ref.entry_points if narrowed else None)):
+            elif stubs and (not real or _all_entries_stub(mv, entry_points if narrowed else None)):
                 verdicts.append(HARDWARE_BOUND)
                 reasons.append(f"{ref.name}: every kernel {scope} reaches is a stub on {ct.name}"
-                               if not real else f"{ref.name}: every entry point of {scope} stops at run time on {ct.name}")
+                               if not real else f"{ref.name}: " + (f"{scope} stop(s) at run time on {ct.name}" if narrowed else
+                                                           f"every entry point of the module stops at run time on {ct.name}"))
             elif stubs and not any(st == "real" for st in mv.entry_points.values()):
                 # partial means "these entry points are safe": with none known to reach only real
                 # kernels, the stubs are what the gate's path may run
@@ -429,7 +438,8 @@ def _injected_defines(rule_id: str) -> dict[str, str]:
     return {}
 
 
-NON_BLOCKING = ("include-path", "flags-define-value", "flags-arch")
+# a module name only names the build directory: what is compiled is its sources and flags
+NON_BLOCKING = ("include-path", "flags-define-value", "flags-arch", "name")
 
 
 def behind_from_callgraph(analysis) -> BehindFn:
@@ -515,8 +525,6 @@ def _module_refs(analysis, mods) -> dict[str, "ModuleRef"]:
             # value unknown to the preprocessor) does not stop the judgement; a flag list that
             # is not constant may hide a -D that changes the active code: it does
             (notes if k in NON_BLOCKING else unresolved).append(f"{k}: {r}")
-        if not jm.name_resolved:
-            unresolved.append(f"module name {jm.name} is not a constant")
         flags_gate = next(((fs.path, fs.line) for fs in jm.flags if fs.kind == "arch-list"), None)
         key = jm.key if via is None or jm is bm.module else f"{jm.key}@{via[0]}:{via[1]}"
         ref = refs.get(key)
@@ -546,9 +554,11 @@ def _behind_runtime_check(analysis, gate: Gate) -> Behind:
         mods = analysis.behind.modules_compiling(gate.path, Link("region", gate.path, gate.line, gate.expr, "runtime-check"))
     except RecursionError:
         mods = []
-    if mods:
-        return Behind(sorted(_module_refs(analysis, mods).values(), key=lambda r: r.name))
-    return Behind([ModuleRef(gate.path.rsplit("/", 1)[-1], [gate.path], own_unit_only=True)])
+    refs = sorted(_module_refs(analysis, mods).values(), key=lambda r: r.name) if mods else [
+        ModuleRef(gate.path.rsplit("/", 1)[-1], [gate.path], own_unit_only=True)]
+    for r in refs:
+        r.guarded_function = gate.function
+    return Behind(refs)
 
 
 def tests_before_from_callgraph(analysis) -> TestsBefore:

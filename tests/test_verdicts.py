@@ -13,6 +13,7 @@ ROOT = FIXTURES / "verdicts"
 # (gate path, line) -> (verdict, [(evidence path, line, feature)])
 EXPECTED_SM120 = {
     ("kernlib/gemm.py", 6): ("hardware-bound", [("kernlib/data/csrc/hopper_gemm.cu", 4, "ptx.wgmma")]),
+    ("kernlib/data/csrc/fused_binding.cu", 10): ("hardware-bound", [("kernlib/data/include/kernlib/comm.cuh", 7, "empty-stub")]),
     ("kernlib/data/csrc/norm_binding.cu", 11): ("software-only", []),
     ("kernlib/data/csrc/orphan_binding.cu", 10): ("unresolved", []),
     ("kernlib/jit/modules.py", 6): ("partial", [("kernlib/data/include/kernlib/comm.cuh", 7, "empty-stub")]),
@@ -200,6 +201,14 @@ def test_a_runtime_check_in_a_binding_is_judged_with_its_jit_module(result):
     g = _finding(result, "kernlib/data/csrc/orphan_binding.cu", 10)
     assert g.reason == ("orphan_binding.cu: the check guards host code that defines no kernel, and no JIT module in "
                         "the scan is known to compile this file with the sources that define the kernels it launches")
+
+
+def test_a_runtime_check_guards_the_exports_that_reach_its_function(result):
+    """The check sits in fused_norm: only that export counts, and its kernel is an empty stub on
+    sm_120 (the module's other export, plain_sum, is real): hardware-bound, not partial."""
+    f = _finding(result, "kernlib/data/csrc/fused_binding.cu", 10)
+    assert f.reason == "fused_binding: every kernel entry point(s) fused_norm reaches is a stub on sm_120f"
+    assert f.modules[0].entry_points == {"fused_norm": "stub", "plain_sum": "real"}
 
 
 def test_else_branch_is_not_what_the_gate_admits(result):
