@@ -261,6 +261,9 @@ def _scan(path, targets, reg, progress, cache, workers) -> ScanResult:
         "gate_rounds": gscan.rounds,
         "findings": len(findings),
         "not_evaluated": len(not_evaluated),
+        # gate x target pairs with no finding because an earlier if/elif arm admits the target
+        "not_evaluated_gates": sorted(f"{t} {g.path}:{g.line} (earlier arm at line {eg.line})"
+                                      for g, t, eg in not_evaluated),
         "seconds": round(time.perf_counter() - t0, 3),
     }
     result = ScanResult(

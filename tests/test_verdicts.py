@@ -168,6 +168,7 @@ def test_a_setting_read_in_unrelated_classes_is_not_followed(result):
 
 def test_an_elif_after_an_arm_that_admits_the_target_is_not_judged(result):
     assert result.stats["not_evaluated"] == 1
+    assert result.stats["not_evaluated_gates"] == ["sm_120 servelib/reach.py:11 (earlier arm at line 9)"]
     assert ("servelib/reach.py", 11) not in {(f.gate.path, f.gate.line) for f in result.findings}
 
 
