@@ -41,3 +41,14 @@ def test_explain_hardware_bound(reg):
 
 def test_explain_line_without_gate(reg):
     assert _explain(reg, "kernlib/gemm.py:2", ["sm_120"]) == []
+
+
+def test_explain_says_which_arm_serves_a_target_that_never_evaluates_the_gate(reg):
+    """reach.py:11 is an `elif is_sm90` after `if is_sm120`: sm_120 takes the first arm; on sm_90,
+    the gate admits, and on sm_100 it is judged."""
+    (e,) = _explain(reg, "servelib/reach.py:11", ["sm_120", "sm_90", "sm_100"])
+    assert [(t, eg.line) for t, eg in e.not_evaluated] == [("sm_120", 9)]
+    assert e.admitted == ["sm_90"]
+    assert [(f.target, f.verdict) for f in e.findings] == [("sm_100", "hardware-bound")]
+    text = render_text([e], reg)
+    assert "sm_120: not evaluated: the earlier arm at line 9 (`is_sm120_supported()`) admits it, nothing to judge" in text
