@@ -296,6 +296,9 @@ class _Converter:
                         orelse=[],
                         elif_=True,
                     )
+                    # as in Python's ast, an elif spans to the end of the whole chain: the
+                    # later clauses are inside it
+                    n.eb = ts.end_byte
                     tail.append(n)
                     tail = n.f["orelse"]
                 elif a.type == "else_clause":
