@@ -30,9 +30,14 @@ def _site(a, text: str):
     root = getattr(a.source, "root", None)
     if root is not None and f.startswith(str(root).rstrip("/") + "/"):
         f = f[len(str(root).rstrip("/")) + 1:]
+    if not f.endswith(".py") and a.source.read(f) is not None:
+        from .callgraph import GateSite
+
+        # a C/C++ runtime check: found again by explain from the file's bytes
+        return GateSite(f, int(m.group("line")), 1, None, "", "")
     site = a.site_at(f, int(m.group("line")))
     if site is None:
-        raise click.UsageError(f"{text}: no such Python file/line in the scan (paths are relative to the scan root)")
+        raise click.UsageError(f"{text}: no such file/line in the scan (paths are relative to the scan root)")
     return site
 
 
@@ -60,6 +65,9 @@ def explain_cmd(path, site, targets, fmt, output):
     if targets:
         _explain_targets(a, s, targets, fmt, output)
         return
+    if not s.path.endswith(".py"):
+        raise click.UsageError(f"{site}: a C/C++ runtime check is explained with --target (it is judged with the "
+                               "JIT module that compiles its file)")
     e = run_with_big_stack(lambda: explain_data(a, s))
     write_output(json.dumps(e.to_json(), indent=2) + "\n" if fmt == "json" else explain_text(e), output)
 

@@ -161,8 +161,8 @@ def test_cli_graph_from_function_dot_and_mermaid():
     (["graph", "/no/such/dir", "--from", "x"], "no such file"),
     (["graph", str(ROOT), "--from", "nope.nothing"], "no such module"),
     (["explain", str(ROOT), "jitpkg/api.py"], "expected FILE:LINE"),
-    (["explain", str(ROOT), "jitpkg/nothere.py:3"], "no such Python file"),
-    (["explain", str(ROOT), "jitpkg/api.py:9999"], "no such Python file"),
+    (["explain", str(ROOT), "jitpkg/nothere.py:3"], "no such file/line"),
+    (["explain", str(ROOT), "jitpkg/api.py:9999"], "no such file/line"),
 ])
 def test_cli_bad_input_is_a_usage_error(args, msg):
     r = CliRunner().invoke(main, args)

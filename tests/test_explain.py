@@ -52,3 +52,20 @@ def test_explain_says_which_arm_serves_a_target_that_never_evaluates_the_gate(re
     assert [(f.target, f.verdict) for f in e.findings] == [("sm_100", "hardware-bound")]
     text = render_text([e], reg)
     assert "sm_120: not evaluated: the earlier arm at line 9 (`is_sm120_supported()`) admits it, nothing to judge" in text
+
+
+def test_explain_cli_takes_a_cpp_runtime_check():
+    from click.testing import CliRunner
+
+    from archaudit.cli import main
+
+    site = "kernlib/data/csrc/fused_binding.cu:10"
+    r = CliRunner().invoke(main, ["explain", str(FIXTURES / "verdicts"), site, "--target", "sm_120", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    import json
+
+    (e,) = json.loads(r.output)
+    assert e["gate"]["kind"] == "cpp-runtime-check"
+    assert [(f["target"], f["verdict"]) for f in e["findings"]] == [("sm_120", "hardware-bound")]
+    r = CliRunner().invoke(main, ["explain", str(FIXTURES / "verdicts"), site])
+    assert r.exit_code == 2 and "is explained with --target" in r.output
