@@ -177,6 +177,17 @@ def _tus() -> list[Tu]:
            "gemm/sm90", "jit/gemm/fp8_blockscale.py:gen_fp8_blockscale_gemm_sm90_module",
            SM90A_EXTRA + ["-DCOMPILE_HOPPER_TMA_GEMMS", "-DENABLE_BF16", "-DENABLE_FP8", "-DENABLE_FP8_BLOCK_SCALE",
                           "-DCUTLASS_ENABLE_GDC_FOR_SM90=1"], MOE_INCLUDES),
+        # session 4: hardware-bound on sm_120 in the 5-target scan (a Python gate or a C++ runtime
+        # check judged with the module that compiles the file)
+        Tu("msa_prefill_nvfp4_specialized", "data/csrc/msa_prefill_nvfp4_specialized.cu", "attention/sm100",
+           "jit/msa_prefill_nvfp4_specialized.py:gen_msa_prefill_nvfp4_specialized_module",
+           ["--prec-div=true", "--prec-sqrt=true", "--fmad=true"]),
+        Tu("cake_minimax_h3_fc1_swiglu_sm100a", "data/csrc/cake_minimax_h3_fc1_swiglu_sm100a.cu", "gemm/sm100",
+           "jit/minimax_h3_fc1_swiglu.py:gen_minimax_h3_fc1_swiglu_module"),
+        Tu("cake_minimax_h3_out_proj_sm100a", "data/csrc/cake_minimax_h3_out_proj_sm100a.cu", "gemm/sm100",
+           "jit/minimax_h3_out_proj.py:gen_minimax_h3_out_proj_module"),
+        Tu("alphamoe_nvfp4_c386_up", "data/csrc/alphamoe_nvfp4_c386_up.cu", "moe",
+           "jit/fused_moe.py:gen_alphamoe_nvfp4_sm100_module", [], ("data/csrc",)),
         # --- MoE
         Tu("alphamoe_sm100", "data/csrc/alphamoe_sm100.cu", "moe", "jit/fused_moe.py:gen_alphamoe_sm100_module", [], ("data/csrc",)),
         Tu("cutlass_fused_moe_instantiation_sm120", "data/csrc/fused_moe/cutlass_backend/cutlass_fused_moe_instantiation.cu", "moe",
