@@ -104,8 +104,10 @@ def env_for(cache_dir: Path) -> dict:
     return env
 
 
-def gates_of(path: Path) -> list:
-    return json.loads(path.read_text())["gates"]
+def report_of(path: Path) -> dict:
+    """What must not depend on the cache or the worker count: gates, findings, diagnostics."""
+    d = json.loads(path.read_text())
+    return {k: d[k] for k in ("gates", "findings", "diagnostics")}
 
 
 def prefilter_bytes(root: Path) -> dict:
@@ -195,17 +197,19 @@ def main() -> int:
     result["fi072"]["ratio_to_floor"] = {
         k: round(result["fi072"][k]["median_wall_s"] / fl, 1) for k in ("cold", "warm", "touched") if result["fi072"][k]
     }
-    # identical gates: cold (N workers, cache written), warm (cache hit), touched, and 1 worker without cache
-    ref = gates_of(jsons["cold"])
-    check = {"warm": gates_of(jsons["warm"]) == ref}
+    # identical reports (gates, findings with their verdicts, diagnostics): cold (N workers, cache
+    # written), warm (cache hit), touched (a comment appended), and 1 worker without cache
+    ref = report_of(jsons["cold"])
+    check = {"warm": report_of(jsons["warm"]) == ref}
     if "touched" in jsons:
-        check["touched"] = gates_of(jsons["touched"]) == ref
+        check["touched"] = report_of(jsons["touched"]) == ref
     if not args.skip_check:
         out = work / "check-w1-nocache.json"
         r = run_measured(scan_cmd(tree, out, "--no-cache", "--workers", "1"), env_for(work / "cache-none"))
-        check["workers1_nocache"] = gates_of(out) == ref
+        check["workers1_nocache"] = report_of(out) == ref
         check["workers1_nocache_run"] = r
-    check["gates"] = len(ref)
+    check["gates"] = len(ref["gates"])
+    check["findings"] = len(ref["findings"])
     result["fi072"]["identical"] = check
 
     if not args.skip_scaling:
@@ -249,8 +253,9 @@ def render(r: dict) -> str:
            *rows, "",
            f"Python bytes {f['python_bytes']:,}; passing the first-round byte prefilter {f['prefilter_bytes']:,} "
            f"({f['prefilter_files']} files).", "",
-           "Identical gates: " + ", ".join(f"{k}={v}" for k, v in f["identical"].items() if isinstance(v, bool)) +
-           f" ({f['identical']['gates']} gates)", ""]
+           "Identical reports (gates, findings, diagnostics) to the cold run: "
+           + ", ".join(f"{k}={v}" for k, v in f["identical"].items() if isinstance(v, bool))
+           + f" ({f['identical']['gates']} gates, {f['identical'].get('findings', '?')} findings)", ""]
     if r.get("scaling"):
         out += ["## Scaling (cold, --no-cache)", "",
                 "| corpus | Python MB | prefilter MB | cold wall s | CPU s | RSS MB | floor s | load |",
