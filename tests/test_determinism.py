@@ -141,3 +141,19 @@ def test_findings_identical_from_cache(tmp_path, reg):
     assert base.findings  # the fixture has gates that exclude sm_120
     # a different target set is a different result
     assert scan(tree, targets=[reg.parse("sm_90")], cache=Cache(c)).cache["mode"] == "miss"
+
+
+def test_verdicts_are_identical_with_workers_and_cache(tmp_path, pooled, reg):
+    """The same with --target: findings (verdicts, chains, evidence, patches) do not depend on the
+    worker count or on the cache."""
+    tree = tmp_path / "verdicts"
+    shutil.copytree(FIXTURES / "verdicts", tree)
+    targets = [reg.parse("sm_120"), reg.parse("sm_90")]
+    base = _key(scan(tree, targets, workers=1))
+    assert len(base[2]) > 20
+    assert _key(scan(tree, targets, workers=2)) == base
+    c = tmp_path / "c"
+    r = scan(tree, targets, workers=2, cache=Cache(c))
+    assert r.cache["mode"] == "miss" and _key(r) == base
+    r = scan(tree, targets, workers=1, cache=Cache(c))
+    assert r.cache["mode"] == "hit" and _key(r) == base
