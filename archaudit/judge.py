@@ -19,8 +19,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from .model import (BINARY_ONLY, CPP_RUNTIME_CHECK, HARDWARE_BOUND, PARTIAL, SOFTWARE_ONLY, UNRESOLVED, Diagnostic, Evidence, Finding, Gate,
-                    Kernel, Link, ModuleVerdict)
+from .model import (BINARY_ONLY, CPP_RUNTIME_CHECK, HARDWARE_BOUND, PARTIAL, SOFTWARE_ONLY, UNRESOLVED, Diagnostic,
+                    Evidence, Finding, Gate, Kernel, Link, ModuleVerdict)
 from .targets import CompileTarget, Gpu, Registry
 
 # TU diagnostics a scan reports as problems of the input (archaudit.cuda.tu.INPUT_PROBLEMS less the
@@ -333,9 +333,10 @@ def judge_gates(gates: list[Gate], gpus: list[tuple[Gpu, CompileTarget]], behind
                 tests_before: TestsBefore | None = None, not_evaluated: list | None = None) -> list[Finding]:
     """Every gate x target that the gate excludes, classified; software-only ones with a patch
     plan that covers every gate on the chain (looked up in all_gates, default: gates).
-    With tests_before, a gate the target never evaluates because an earlier arm of its if/elif
-    chain admits the target gives no finding (appended to not_evaluated as (gate, target, that
-    arm's gate)); one that an earlier gate stops first says so, and its plan patches that one too."""
+    With tests_before, a gate the target never evaluates because an earlier arm admits the target
+    (an `if`/`elif` chain, or `if C: return x` before it) gives no finding (appended to
+    not_evaluated as (gate, target, that arm's gate)); one that an earlier gate stops first says
+    so, and its plan patches that one too."""
     known = all_gates if all_gates is not None else gates
     by_place = {(g.path, g.line): g for g in known}
     by_pos: dict[tuple[str, int, int], list[Gate]] = {}
@@ -354,13 +355,17 @@ def judge_gates(gates: list[Gate], gpus: list[tuple[Gpu, CompileTarget]], behind
             if key not in before_cache:
                 before_cache[key] = _gates_before(g, tests_before, by_pos)
             earlier = before_cache[key]
-        served = next((eg for rel, eg in earlier if rel == "else-of" and _test_true(eg, gpu.name)), None)
+        # served: an earlier arm the target takes (`elif` after it, or code after `if C: return x`)
+        served = next((eg for rel, eg in earlier if _test_true(eg, gpu.name) and (
+            rel == "else-of" or (rel == "exit-if" and eg.region == "branch"))), None)
         if served is not None:
             if not_evaluated is not None:
                 not_evaluated.append((g, gpu.name, served))
             continue
-        stopped = [eg for rel, eg in earlier
-                   if (rel == "exit-if" and _test_true(eg, gpu.name)) or (rel == "then-of" and not _test_true(eg, gpu.name))]
+        # stopped: an earlier refusal, or an enclosing test, excludes the target; patching it lets it on
+        stopped = [eg for rel, eg in earlier if
+                   (rel == "exit-if" and eg.region == "after-early-exit" and _test_true(eg, gpu.name))
+                   or (rel == "then-of" and eg.region == "branch" and not _test_true(eg, gpu.name))]
         b = cache.get((g.path, g.line))
         if b is None:
             b = cache[(g.path, g.line)] = behind(g)
@@ -406,13 +411,13 @@ def _patch_plan(f: Finding, g: Gate, gpu: Gpu, b: Behind, by_place, patcher, fir
     """The gate's own patch plus one for each gate further down the chain (the arch list feeding
     a module's nvcc flags) that also excludes the target; `first`: gates that stop the target
     before it reaches this one."""
+    from .patch import combined_patch
+
     plan = list(first) + [g]
     for ref in b.modules:
         fg = by_place.get(ref.flags_gate) if ref.flags_gate else None
         if fg is not None and fg is not g and gpu.name not in fg.admits and fg not in plan:
             plan.append(fg)
-    from .patch import combined_patch
-
     f.plan = [(pg.path, pg.line) for pg in plan]
     diff, done = combined_patch(patcher, plan, gpu, in_gate_order=True)
     by_gate = {(pg.path, pg.line, pg.col): p for pg, p in done}
@@ -499,7 +504,7 @@ def behind_from_callgraph(analysis) -> BehindFn:
     return behind
 
 
-def _module_refs(analysis, mods) -> dict[str, "ModuleRef"]:
+def _module_refs(analysis, mods) -> dict[str, ModuleRef]:
     """ModuleRefs for the JIT modules found behind a gate, one per module (and per flags binding)."""
     refs: dict[str, ModuleRef] = {}
     for bm in mods:
@@ -551,7 +556,8 @@ def _behind_runtime_check(analysis, gate: Gate) -> Behind:
     if not gate.path.endswith(".cu"):
         return Behind([], reason="a runtime check in a header: the translation units including it are not followed")
     try:
-        mods = analysis.behind.modules_compiling(gate.path, Link("region", gate.path, gate.line, gate.expr, "runtime-check"))
+        first = Link("region", gate.path, gate.line, gate.expr, "runtime-check")
+        mods = analysis.behind.modules_compiling(gate.path, first)
     except RecursionError:
         mods = []
     refs = sorted(_module_refs(analysis, mods).values(), key=lambda r: r.name) if mods else [
