@@ -62,6 +62,38 @@ def unified_diff(path: str, old: str, new: str) -> str:
     return "".join(x if x.endswith("\n") else x + "\n\\ No newline at end of file\n" for x in lines)
 
 
+_HUNK = re.compile(r"@@ -(\d+)(?:,(\d+))? \+\d+(?:,\d+)? @@")
+
+
+def hunks_unchanged(patch: str, path: str, old: str, new: str) -> bool:
+    """Whether `patch` would come out the same for `path` with `new` in place of `old` when the
+    edit positions are the same: every hunk of that file quotes lines that are unchanged, at the
+    same line numbers, and ends before the old file's end (a hunk that reaches the end has its
+    context cut short there, and lines appended after it would join it)."""
+    old_lines, new_lines = old.splitlines(), new.splitlines()
+    in_file, start, quoted = False, 0, []
+
+    def hunk_ok() -> bool:
+        end = start - 1 + len(quoted)
+        return end < len(old_lines) and new_lines[start - 1:end] == quoted
+
+    for line in patch.splitlines():
+        if line.startswith("--- "):
+            if in_file and start and not hunk_ok():
+                return False
+            in_file, start, quoted = line[4:] == path, 0, []
+        elif in_file and line.startswith("@@"):
+            if start and not hunk_ok():
+                return False
+            m = _HUNK.match(line)
+            if m is None:
+                return False
+            start, quoted = int(m.group(1)), []
+        elif in_file and start and line[:1] in (" ", "-"):
+            quoted.append(line[1:])
+    return not (in_file and start) or hunk_ok()
+
+
 def _offset(text: str, line: int, col: int) -> int:
     """Character offset of a 1-based line and 1-based column."""
     starts = [0]

@@ -341,9 +341,6 @@ def _cutoff(source: Source, fp, prev: dict | None, store: Cache, tnames: list[st
     if payload is None:
         return None
     names = payload["names"]
-    # a patch quotes context lines, which may reach into a file's trailing comments
-    if any(f.patch and p in f.patch for f in payload["findings"] for p in changed):
-        return None
     for p in changed:
         new = source.read(p)
         if new is None or len(new) > MAX_FILE_BYTES:
@@ -354,6 +351,14 @@ def _cutoff(source: Source, fp, prev: dict | None, store: Cache, tnames: list[st
         a, b = cutoff_view(old, names), cutoff_view(new, names)
         if a is None or b is None or a[0] != b[0] or a[1] > old_files[p].code_end:
             return None
+        # a patch quotes context lines, which may reach into a file's trailing comments
+        patches = [f.patch for f in payload["findings"] if f.patch and f"--- {p}\n" in f.patch]
+        if patches:
+            from .patch import hunks_unchanged
+
+            o, n = (x.decode("utf-8", "surrogateescape") for x in (old, new))
+            if not all(hunks_unchanged(t, p, o, n) for t in patches):
+                return None
     return payload
 
 

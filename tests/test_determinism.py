@@ -157,3 +157,36 @@ def test_verdicts_are_identical_with_workers_and_cache(tmp_path, pooled, reg):
     assert r.cache["mode"] == "miss" and _key(r) == base
     r = scan(tree, targets, workers=1, cache=Cache(c))
     assert r.cache["mode"] == "hit" and _key(r) == base
+
+
+def test_comment_appended_to_a_patched_file_is_cut_off(tmp_path, reg):
+    """reach.py carries software-only patches far above its end: a comment appended keeps the
+    result (the patches quote the same lines). fusion.py's patch reaches its last line: a comment
+    appended there would join the hunk's context, so the scan runs again. Both equal a fresh scan."""
+    tree = tmp_path / "verdicts"
+    shutil.copytree(FIXTURES / "verdicts", tree)
+    _age(tree)
+    targets = [reg.parse("sm_120")]
+    c = tmp_path / "c"
+    first = scan(tree, targets, cache=Cache(c))
+    for name, mode in (("reach.py", "cutoff"), ("fusion.py", "miss")):
+        f = tree / "servelib" / name
+        assert any(x.patch and f"--- servelib/{name}\n" in x.patch for x in first.findings)
+        f.write_bytes(f.read_bytes() + b"\n# a comment below the code\n")
+        r = scan(tree, targets, cache=Cache(c))
+        assert r.cache["mode"] == mode
+        assert _key(r) == _key(scan(tree, targets))
+        _age(tree)
+
+
+def test_hunks_unchanged():
+    from archaudit.patch import hunks_unchanged, unified_diff
+
+    old = "".join(f"line {i}\n" for i in range(1, 21))
+    edited = old.replace("line 10\n", "line 10 or 12\n")
+    patch = unified_diff("p.py", old, edited)
+    assert hunks_unchanged(patch, "p.py", old, old + "# appended\n")
+    assert hunks_unchanged(patch, "other.py", old, "anything\n")
+    assert not hunks_unchanged(patch, "p.py", old, old.replace("line 8\n", "line 8 changed\n"))
+    near_end = unified_diff("p.py", old, old.replace("line 19\n", "line 19 or 12\n"))
+    assert not hunks_unchanged(near_end, "p.py", old, old + "# appended\n")
