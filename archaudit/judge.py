@@ -365,7 +365,7 @@ def judge_gates(gates: list[Gate], gpus: list[tuple[Gpu, CompileTarget]], behind
         # stopped: an earlier refusal, or an enclosing test, excludes the target; patching it lets it on
         stopped = [eg for rel, eg in earlier if
                    (rel == "exit-if" and eg.region == "after-early-exit" and _test_true(eg, gpu.name))
-                   or (rel == "then-of" and eg.region == "branch" and not _test_true(eg, gpu.name))]
+                   or (rel == "then-of" and eg.region == "branch" and _test_false(eg, gpu.name))]
         b = cache.get((g.path, g.line))
         if b is None:
             b = cache[(g.path, g.line)] = behind(g)
@@ -396,9 +396,13 @@ def _gates_before(g: Gate, tests_before: TestsBefore, by_pos) -> list[tuple[str,
 
 
 def _test_true(g: Gate, gpu: str) -> bool:
-    """Whether the gate's test is true on gpu. A refusal (`if not ok: raise`) admits the GPUs
-    that go on, i.e. those for which its test is false."""
-    return (gpu in g.admits) != (g.region == "after-early-exit")
+    """Whether the gate's test is certainly true on gpu. A refusal (`if not ok: raise`) admits the
+    GPUs that go on, i.e. those for which its test is false."""
+    return gpu in g.decided and (gpu in g.admits) != (g.region == "after-early-exit")
+
+
+def _test_false(g: Gate, gpu: str) -> bool:
+    return gpu in g.decided and not _test_true(g, gpu)
 
 
 def patch_gates_of(f: Finding, gates: list[Gate]) -> list[Gate]:

@@ -62,6 +62,9 @@ class Gate:
     package: str | None = None
     region: str = ""  # what the gate guards: "branch", "after-early-exit", "argument", ...
     via: list[str] = field(default_factory=list)  # definitions/rules the resolution went through
+    # GPUs on which the test's outcome is certain (the rest also hang on a condition that does not
+    # depend on the architecture); not in the report
+    decided: frozenset = frozenset()
 
     @property
     def location(self) -> Location:

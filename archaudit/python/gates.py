@@ -237,6 +237,7 @@ def _to_gates(records: list[GateRecord], package_of) -> list[Gate]:
             package=package_of(r.module.path),
             region=r.region,
             via=sorted(r.via),
+            decided=frozenset(r.extra.get("decided", ())),
         )
         key = (g.path, g.line, g.col, g.kind)
         if key not in out:

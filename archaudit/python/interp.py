@@ -691,6 +691,8 @@ class Interp:
             # terms surround it; three-valued logic over the terms keeps it
             truth = self._kleene(test, fr, reach)
         if reach and (has_unres(av) or len(set(truth)) > 1):
+            # the GPUs on which the outcome is certain (before the reading below)
+            decided = frozenset(self.gpus[i].name for i, (t, f) in zip(reach, truth) if t != f)
             definite = {t for t, f in truth if t != f}
             if len(definite) == 1 and any(t and f for t, f in truth):
                 # The GPUs that decide one way for sure agree; on the others the outcome also
@@ -704,7 +706,8 @@ class Interp:
                 self.gpus[i].name for i, (t, f) in zip(reach, truth) if (t if positive else f)
             )
             kind = self._classify(test, fr)
-            self._record(fr, st, kind, admits, has_unres(av), sorted(via), region, expr_node=test)
+            self._record(fr, st, kind, admits, has_unres(av), sorted(via), region, expr_node=test,
+                         extra={"decided": decided})
         return av
 
     def _kleene(self, test: N, fr: Frame, reach: list[int]) -> list[tuple[bool, bool]]:
