@@ -21,7 +21,7 @@ from .cache import Cache
 from .model import Diagnostic, Finding, Gate
 from .cuda.runtime_checks import scan_runtime_checks
 from .python.gates import find_python_gates
-from .python.index import Index
+from .python.index import WORD, Index
 from .sources import Distribution, Source, SourceError, WheelSource, open_source
 from .targets import Registry, TargetRequest, registry
 
@@ -350,6 +350,10 @@ def _cutoff(source: Source, fp, prev: dict | None, store: Cache, tnames: list[st
             return None
         a, b = cutoff_view(old, names), cutoff_view(new, names)
         if a is None or b is None or a[0] != b[0] or a[1] > old_files[p].code_end:
+            return None
+        # which modules name a word (comments included) bounds the call graph's caller search
+        # and is quoted in its notes: a comment that brings a new word may change the result
+        if set(WORD.findall(old)) != set(WORD.findall(new)):
             return None
         # a patch quotes context lines, which may reach into a file's trailing comments
         patches = [f.patch for f in payload["findings"] if f.patch and f"--- {p}\n" in f.patch]

@@ -75,11 +75,26 @@ def test_appended_comment_is_cut_off(tmp_path):
     c = tmp_path / "c"
     scan(tree, cache=Cache(c))
     f = tree / "gatepkg" / "features.py"
-    f.write_bytes(f.read_bytes() + b"\n# a comment: is_sm90 and friends\n\n")
+    # words the file already has: which modules name a word cannot change
+    f.write_bytes(f.read_bytes() + b"\n# def return\n\n")
     r = scan(tree, cache=Cache(c))
     assert r.cache["mode"] == "cutoff" and r.cache["hashed"] == 1
     assert _key(r) == _key(scan(tree))
     assert scan(tree, cache=Cache(c)).cache["mode"] == "hit"
+
+
+def test_appended_comment_with_a_new_word_is_rescanned(tmp_path):
+    """Which modules name a word bounds the call graph's caller search (and is quoted in its
+    notes), comments included: a comment that brings a word the file lacks is not cut off."""
+    tree = _tree(tmp_path)
+    _age(tree)
+    c = tmp_path / "c"
+    scan(tree, cache=Cache(c))
+    f = tree / "gatepkg" / "features.py"
+    f.write_bytes(f.read_bytes() + b"\n# zebra_quagga_word\n")
+    r = scan(tree, cache=Cache(c))
+    assert r.cache["mode"] == "miss"
+    assert _key(r) == _key(scan(tree))
 
 
 @pytest.mark.parametrize("edit", [
@@ -172,7 +187,7 @@ def test_comment_appended_to_a_patched_file_is_cut_off(tmp_path, reg):
     for name, mode in (("reach.py", "cutoff"), ("fusion.py", "miss")):
         f = tree / "servelib" / name
         assert any(x.patch and f"--- servelib/{name}\n" in x.patch for x in first.findings)
-        f.write_bytes(f.read_bytes() + b"\n# a comment below the code\n")
+        f.write_bytes(f.read_bytes() + b"\n# return x\n")
         r = scan(tree, targets, cache=Cache(c))
         assert r.cache["mode"] == mode
         assert _key(r) == _key(scan(tree, targets))
