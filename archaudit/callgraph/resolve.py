@@ -273,6 +273,8 @@ class Resolver:
         if b"global" in mod.parsed.src:
             # assignments to `global` names inside functions also bind module names
             for q, fn in mod.functions.items():
+                if mod.parsed.src.find(b"global", fn.sb, fn.eb) < 0:
+                    continue  # its statements lie in its span (nested defs are not entered)
                 g = set()
                 for st in iter_stmts(fn.f["body"]):
                     if st.k == "global":

@@ -57,11 +57,17 @@ class ParsedModule:
         return self.src[n.sb : n.eb].decode("utf-8", "replace")
 
 
-def parse_python(src: bytes, shallow: bool = False) -> ParsedModule:
+def parse_python(src: bytes, shallow: bool = False, lazy: bool = False) -> ParsedModule:
     """Parse and convert. shallow=True leaves function bodies empty: enough to resolve imports
-    and definitions in modules whose code cannot test the architecture, at a fraction of the cost."""
+    and definitions in modules whose code cannot test the architecture, at a fraction of the cost.
+    lazy=True gives the same IR as a full parse, but converts a function's body only when it is
+    first read (see LazyFields): about half the body bytes of flashinfer + sglang never are."""
     tree = _parser().parse(src)
-    conv = _Converter(src, shallow)
+    # Lazy bodies need an error-free tree (a body is parsed again alone, and error recovery
+    # depends on the context) and one too shallow for the converter's nesting limits (their
+    # diagnostics are found while converting: a body converted late would report them late).
+    lazy = lazy and not shallow and not tree.root_node.has_error and _depth_below(tree.root_node, LAZY_MAX_DEPTH)
+    conv = _Converter(src, shallow, lazy)
     body = conv.block_children(tree.root_node)
     errors = []
     if tree.root_node.has_error:
@@ -191,6 +197,9 @@ def _tab_errors(root, src: bytes) -> list[tuple[int, str]]:
     return []
 
 
+# identifier bytes -> their str, shared by every module converted in this process
+_NAMES: dict[bytes, str] = {}
+
 _COMPARE_OPS = {"<", ">", "<=", ">=", "==", "!=", "in", "is", "<>"}
 
 
@@ -201,13 +210,15 @@ MAX_EXPR_DEPTH = 200
 
 
 class _Converter:
-    def __init__(self, src: bytes, shallow: bool = False):
+    def __init__(self, src: bytes, shallow: bool = False, lazy: bool = False):
         self.src = src
         self.depth = 0
         self.bdepth = 0
         self.shallow = shallow
+        self.lazy = lazy
         self.problems: list[tuple[int, str]] = []  # (line, message): not syntax errors for tree-sitter
         self._said: set[str] = set()
+        self._lines: dict[int, int] = {}
 
     def problem(self, ts, msg: str) -> None:
         if msg not in self._said:  # once per kind per file
@@ -215,12 +226,25 @@ class _Converter:
             self.problems.append((ts.start_point[0] + 1, msg))
 
     def mk(self, k: str, ts, **f) -> N:
-        row, col = ts.start_point  # one Point, not two: this runs for every IR node
-        return N(k, row + 1, col + 1, ts.start_byte, ts.end_byte, f)
+        row, col = ts.start_point  # one Point and one range, not four calls: this runs for every IR node
+        sb, eb = ts.byte_range
+        line = self._lines.get(row)
+        if line is None:  # nodes of one line share its number (an int above 256 is an object)
+            line = self._lines[row] = row + 1
+        return N(k, line, col + 1, sb, eb, f)
 
     def text(self, ts) -> str:
         sb, eb = ts.byte_range
         return self.src[sb:eb].decode("utf-8", "replace")
+
+    def name(self, ts) -> str:
+        """An identifier's text, one shared str per spelling (names repeat a lot in the IR)."""
+        sb, eb = ts.byte_range
+        b = self.src[sb:eb]
+        s = _NAMES.get(b)
+        if s is None:
+            s = _NAMES[b] = b.decode("utf-8", "replace")
+        return s
 
     # ---------------------------------------------------------------- statements
     def block_children(self, ts) -> list[N]:
@@ -256,12 +280,26 @@ class _Converter:
         if t == "function_definition":
             params = self.params(ts.child_by_field_name("parameters"))
             name = ts.child_by_field_name("name")
+            body_ts = ts.child_by_field_name("body")
+            if self.lazy and body_ts is not None and not _NESTED_DEF.search(self.src, body_ts.start_byte, body_ts.end_byte):
+                # a body without nested defs/classes (those must be indexed now) is converted on
+                # first use; the key order is the eager one (walkers iterate f.values())
+                row, col = ts.start_point
+                f = LazyFields(name=self.text(name) if name else "?", params=params, decorators=[],
+                               returns=self.opt_expr(ts.child_by_field_name("return_type")))
+                # the tree's shape, to check the def's re-parse against (see _def_node)
+                f.pending = (self.src, ts.start_byte, ts.end_byte, (row, col), tuple(ts.end_point), self.bdepth,
+                             hash(str(ts)))
+                line = self._lines.get(row)
+                if line is None:
+                    line = self._lines[row] = row + 1
+                return N("def", line, col + 1, ts.start_byte, ts.end_byte, f)
             return self.mk(
                 "def",
                 ts,
                 name=self.text(name) if name else "?",
                 params=params,
-                body=[] if self.shallow else self.block_children(ts.child_by_field_name("body")),
+                body=[] if self.shallow else self.block_children(body_ts),
                 decorators=[],
                 returns=self.opt_expr(ts.child_by_field_name("return_type")),
             )
@@ -475,11 +513,11 @@ class _Converter:
     def _expr(self, ts) -> N:
         t = ts.type
         if t == "identifier":
-            return self.mk("name", ts, id=self.text(ts))
+            return self.mk("name", ts, id=self.name(ts))
         if t == "attribute":
             obj = ts.child_by_field_name("object")
             attr = ts.child_by_field_name("attribute")
-            return self.mk("attr", ts, value=self.expr(obj), attr=self.text(attr) if attr else "?")
+            return self.mk("attr", ts, value=self.expr(obj), attr=self.name(attr) if attr else "?")
         if t == "call":
             fn = ts.child_by_field_name("function")
             argl = ts.child_by_field_name("arguments")
@@ -656,6 +694,159 @@ class _Converter:
             pos = e.end_byte
         out.append(self.src[pos : c.end_byte].decode("utf-8", "replace"))
         return "".join(out)
+
+
+# ---------------------------------------------------------------- lazy function bodies
+# A tree deeper than this cannot be converted lazily: each level of the converter's block and
+# expression nesting is a strictly nested tree-sitter node, so below this depth neither of its
+# limits (MAX_BLOCK_DEPTH, MAX_EXPR_DEPTH) can be reached and converting never reports anything.
+LAZY_MAX_DEPTH = 100
+# a body that may define functions or classes is converted at once (they are indexed by name)
+_NESTED_DEF = re.compile(rb"\b(?:def|class)\b")
+
+
+def _depth_below(root, limit: int) -> bool:
+    """Is every node of the tree less than `limit` levels below root? Subtrees with too few
+    descendants to reach the limit are not visited (descendant_count counts the node itself)."""
+    stack = [(root, 0)]
+    while stack:
+        n, d = stack.pop()
+        if d >= limit:
+            return False
+        for c in n.children:
+            if d + c.descendant_count >= limit:
+                stack.append((c, d + 1))
+    return True
+
+
+# bodies converted late, and how many of them needed the whole file parsed again
+LAZY_STATS = {"converted": 0, "reparsed": 0}
+
+
+@lru_cache(maxsize=1)
+def _range_parser() -> tree_sitter.Parser:
+    return tree_sitter.Parser(tree_sitter.Language(tree_sitter_python.language()))
+
+
+def _def_node(src: bytes, sb: int, eb: int, sp: tuple, ep: tuple, shape: int):
+    """The function_definition spanning [sb, eb) of src, as the parse of the whole file gave it.
+
+    Parsing the def's bytes alone (tree-sitter's included ranges keep the file's positions) is
+    much cheaper, but not always the same: where the grammar is ambiguous, tree-sitter's choice
+    depends on what follows (sglang's `return *t[:i], f(t[i]), *t[i + 1 :]` came out as
+    starred(subscript) alone and subscript(starred) in its file). So the result is used only if
+    its S-expression has the hash the whole-file parse gave (`shape`); otherwise, and for any
+    error, the whole file is parsed again."""
+    p = _range_parser()
+    p.included_ranges = [tree_sitter.Range(tree_sitter.Point(*sp), tree_sitter.Point(*ep), sb, eb)]
+    try:
+        root = p.parse(src).root_node
+    finally:
+        p.included_ranges = []
+    ch = root.children
+    if (not root.has_error and len(ch) == 1 and ch[0].type == "function_definition" and ch[0].byte_range == (sb, eb)
+            and hash(str(ch[0])) == shape):
+        return ch[0]
+    LAZY_STATS["reparsed"] += 1
+    n = _parser().parse(src).root_node.descendant_for_byte_range(sb, eb)
+    while n is not None and not (n.type == "function_definition" and n.byte_range == (sb, eb)):
+        n = n.parent
+    if n is None:  # cannot happen for the bytes that gave the def: the parse is deterministic
+        raise ValueError(f"function at byte {sb} not found on re-parse")
+    return n
+
+
+class LazyFields(dict):
+    """The fields of a "def" node whose "body" is converted on first read. Every way of reading
+    the dict sees the body (converted then), so it behaves exactly like the eager dict."""
+
+    __slots__ = ("pending",)
+
+    def __init__(self, *a, **k):
+        dict.__init__(self, *a, **k)
+        self.pending = None
+
+    def _force(self) -> None:
+        pending = self.pending
+        if pending is None:
+            return
+        src, sb, eb, sp, ep, bdepth, shape = pending
+        LAZY_STATS["converted"] += 1
+        conv = _Converter(src)
+        conv.bdepth = bdepth
+        body = conv.block_children(_def_node(src, sb, eb, sp, ep, shape).child_by_field_name("body"))
+        self.pending = None
+        rest = list(dict.items(self))
+        dict.clear(self)
+        for k, v in rest:  # the eager order: name, params, body, decorators, returns
+            dict.__setitem__(self, k, v)
+            if k == "params":
+                dict.__setitem__(self, "body", body)
+
+    def __missing__(self, key):
+        if key == "body" and self.pending is not None:
+            self._force()
+            return dict.__getitem__(self, key)
+        raise KeyError(key)
+
+    def _forcing(name):  # noqa: N805 - builds the methods below
+        base = getattr(dict, name)
+
+        def method(self, *a, **k):
+            if self.pending is not None:
+                self._force()
+            return base(self, *a, **k)
+
+        method.__name__ = name
+        return method
+
+    keys, values, items, __iter__ = _forcing("keys"), _forcing("values"), _forcing("items"), _forcing("__iter__")
+    __len__, __reversed__, __repr__ = _forcing("__len__"), _forcing("__reversed__"), _forcing("__repr__")
+    copy, popitem, update = _forcing("copy"), _forcing("popitem"), _forcing("update")
+    __or__, __ior__ = _forcing("__or__"), _forcing("__ior__")
+    del _forcing
+
+    # by key: only "body" is missing until converted (`f.get("decorators")` must stay cheap)
+    def get(self, key, default=None):
+        if key == "body" and self.pending is not None:
+            self._force()
+        return dict.get(self, key, default)
+
+    def __contains__(self, key):
+        return key == "body" or dict.__contains__(self, key)
+
+    def pop(self, key, *default):
+        if key == "body" and self.pending is not None:
+            self._force()
+        return dict.pop(self, key, *default)
+
+    def setdefault(self, key, default=None):
+        if key == "body" and self.pending is not None:
+            self._force()
+        return dict.setdefault(self, key, default)
+    __hash__ = None
+
+    def __eq__(self, other):
+        for d in (self, other):
+            if isinstance(d, LazyFields):
+                d._force()
+        return dict.__eq__(self, other)
+
+    def __ne__(self, other):
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    def __ror__(self, other):
+        self._force()
+        return dict.__ror__(self, other)
+
+    def __reduce__(self):
+        self._force()
+        return (dict, (dict(dict.items(self)),))
+
+    @property
+    def is_pending(self) -> bool:
+        return self.pending is not None
 
 
 def _unescape(s: str) -> str:

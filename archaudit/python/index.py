@@ -197,7 +197,7 @@ class Index:
             return None
         self.parses += 1
         try:
-            parsed = parse_python(data, shallow=shallow)
+            parsed = parse_python(data, shallow=shallow, lazy=True)
         except (RecursionError, MemoryError, ValueError) as e:
             self.diagnostics.append(Diagnostic(path, "parse-failed", f"could not parse: {type(e).__name__}"))
             return None
@@ -257,7 +257,8 @@ def _collect_defs(body: list[N], prefix: str, info: ModuleInfo) -> None:
         if st.k == "def":
             q = prefix + st.f["name"]
             info.functions.setdefault(q, st)
-            _collect_defs(st.f["body"], q + ".<locals>.", info)
+            if not getattr(st.f, "is_pending", False):  # a body left to convert defines nothing
+                _collect_defs(st.f["body"], q + ".<locals>.", info)
         elif st.k == "class":
             q = prefix + st.f["name"]
             info.classes.setdefault(q, st)

@@ -1,0 +1,148 @@
+"""Lazy function bodies (issue 7): parse_python(lazy=True) converts a def's body on first read,
+and must then give exactly the IR of an eager parse (kinds, positions, fields, field order)."""
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import pytest
+
+from archaudit.parsing import python_ir
+from archaudit.parsing.python_ir import LazyFields, N, parse_python
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _plain(x):
+    """The IR as nested tuples, without forcing anything (dict.items sees only what is there)."""
+    if isinstance(x, N):
+        return ("N", x.k, x.line, x.col, x.sb, x.eb, tuple((k, _plain(v)) for k, v in dict.items(x.f)))
+    if isinstance(x, (list, tuple)):
+        return (type(x).__name__, tuple(_plain(v) for v in x))
+    return x
+
+
+def _force_all(body) -> int:
+    n, stack = 0, [body]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, N):
+            if isinstance(v.f, LazyFields) and v.f.is_pending:
+                v.f["body"]
+                n += 1
+            stack.extend(dict.values(v.f))
+        elif isinstance(v, (list, tuple)):
+            stack.extend(v)
+    return n
+
+
+def _defs(body):
+    return [st for st in body if st.k == "def"]
+
+
+def test_every_fixture_file_lazy_equals_eager():
+    files = sorted(p for d in ("fixtures", "tests") for p in (REPO / d).rglob("*.py"))
+    assert len(files) > 40
+    lazy_bodies = 0
+    for p in files:
+        data = p.read_bytes()
+        eager = parse_python(data)
+        lazy = parse_python(data, lazy=True)
+        lazy_bodies += _force_all(lazy.body)
+        assert _plain(lazy.body) == _plain(eager.body), p
+        assert lazy.errors == eager.errors, p
+    assert lazy_bodies > 300  # the fixtures do exercise the lazy path
+
+
+SRC = b'''import os
+
+
+def plain(a, b=1):
+    if a:
+        return os.path.join(a, "x")
+    return b
+
+
+@decorated
+def with_nested(x):
+    def inner():
+        return x
+    return inner
+
+
+class C:
+    def method(self, y) -> int:
+        return y + 1
+'''
+
+
+def test_lazy_bodies_behave_like_dicts():
+    lazy = parse_python(SRC, lazy=True)
+    eager = parse_python(SRC)
+    plain, nested = _defs(lazy.body)
+    method = lazy.body[-1].f["body"][0]
+    # bodies with nested defs or classes are converted at once (their definitions are indexed)
+    assert isinstance(plain.f, LazyFields) and plain.f.is_pending
+    assert not isinstance(nested.f, LazyFields)
+    assert isinstance(method.f, LazyFields) and method.f.is_pending
+    # reading other fields, or asking whether there is a body, does not convert it
+    assert plain.f.get("decorators") == [] and plain.f["name"] == "plain" and "body" in plain.f
+    assert method.f.get("returns") is not None
+    assert plain.f.is_pending and method.f.is_pending
+    # any way of reading the body, or the whole dict, converts it, in the eager key order
+    assert list(plain.f.keys()) == ["name", "params", "body", "decorators", "returns"]
+    assert not plain.f.is_pending
+    assert [st.k for st in method.f.get("body")] == ["return"]
+    assert _force_all(lazy.body) == 1  # `inner`, lazy inside the eager with_nested
+    assert _plain(lazy.body) == _plain(eager.body)
+    # a pickled IR holds plain dicts, equal to the eager IR's
+    back = pickle.loads(pickle.dumps(lazy.body))
+    assert _plain(back) == _plain(eager.body) and type(_defs(back)[0].f) is dict
+
+
+def test_values_walk_converts_pending_bodies():
+    def walk(body):
+        seen, stack = [], [body]
+        while stack:  # as the generic walkers of the call graph do: through f.values()
+            v = stack.pop()
+            if isinstance(v, N):
+                seen.append((v.k, v.sb))
+                stack.extend(v.f.values())
+            elif isinstance(v, (list, tuple)):
+                stack.extend(v)
+        return seen
+
+    got = walk(parse_python(SRC, lazy=True).body)
+    assert got == walk(parse_python(SRC).body)
+    assert [k for k, _ in got].count("return") == 5
+
+
+def test_ambiguous_body_is_taken_from_the_whole_file():
+    # tree-sitter resolves this ambiguity by what follows the def: alone, the third element is
+    # starred(subscript); in a file with anything after it, subscript(starred). The lazy body
+    # must be the file's (checked by the tree's shape, re-parsed whole when it differs).
+    src = (b"def _modify_tuple(t, index, modifier):\n"
+           b"    return *t[:index], modifier(t[index]), *t[index + 1 :]\n\nx = 1\n")
+    eager = parse_python(src)
+    third = eager.body[0].f["body"][0].f["value"].f["elts"][2]
+    assert (third.k, third.f["value"].k) == ("subscript", "starred")
+    before = python_ir.LAZY_STATS["reparsed"]
+    lazy = parse_python(src, lazy=True)
+    assert lazy.body[0].f.is_pending
+    assert _force_all(lazy.body) == 1
+    assert _plain(lazy.body) == _plain(eager.body)
+    assert python_ir.LAZY_STATS["reparsed"] == before + 1
+
+
+@pytest.mark.parametrize("src", [
+    # the converter's nesting limits are reported while converting: such files stay eager
+    b"def f():\n    return " + b"(" * 210 + b"1" + b")" * 210 + b"\n",
+    # error recovery depends on the context: a file with syntax errors stays eager
+    b"def f():\n    return g(\n\ndef h():\n    return 1\n",
+])
+def test_files_the_lazy_path_could_change_stay_eager(src):
+    lazy = parse_python(src, lazy=True)
+    eager = parse_python(src)
+    assert not any(isinstance(st.f, LazyFields) for st in lazy.body)
+    assert _plain(lazy.body) == _plain(eager.body) and lazy.errors == eager.errors
+    assert eager.errors  # both cases do report something
