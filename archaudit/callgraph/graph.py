@@ -28,6 +28,8 @@ MAX_CALLER_MODULES = 40  # reverse search: more modules naming a function than t
 # 170 MB of Python here, against ~0.2-0.8 s per search): a full scan gets there within a few gates,
 # `explain` of one gate never does
 WORD_INDEX_AFTER = 40
+# a word the index answers exactly as `\bword\b` would (bytes patterns: \w is ASCII)
+_ASCII_WORD = re.compile(rb"\w+")
 
 
 def jit_node(key: str) -> str:
@@ -231,9 +233,10 @@ class CallGraph:
     def modules_naming(self, word: str) -> list[str]:
         """Modules (sorted) whose bytes contain `word` as a whole word, as `\\bword\\b` finds it."""
         wb = word.encode()
-        if self._words is None and self._scans >= WORD_INDEX_AFTER:
+        # with the prefilter's words at hand the index costs about one search: build it at once
+        if self._words is None and (self._scans >= WORD_INDEX_AFTER or self.index.byte_facts):
             self._build_word_index()
-        if self._words is not None:
+        if self._words is not None and _ASCII_WORD.fullmatch(wb):
             return self._words.get(wb, [])
         self._scans += 1
         pat = re.compile(rb"\b" + re.escape(wb) + rb"\b")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pickle
 import re
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -52,6 +53,39 @@ def fact_idents(words: bytes) -> frozenset:
     \\w is [A-Za-z0-9_], and _IDENT finds in each maximal run of those the part after its
     leading digits."""
     return frozenset(w.lstrip(_DIGITS) for w in words.split(b"\n")) - {b""}
+
+
+# bytes that continue an identifier (_IDENT's second class) and digits, as lookup tables
+_WORD_BYTE = bytes(1 if chr(b).isascii() and (chr(b).isalnum() or chr(b) == "_") else 0 for b in range(256))
+_DIGIT_BYTE = bytes(1 if 48 <= b <= 57 else 0 for b in range(256))
+
+
+def name_occurrences(data: bytes, names) -> list[tuple[int, int]]:
+    """Sorted (offset, length) of every occurrence of each name's bytes in data (substring
+    search: `_ident_at` decides which are identifiers)."""
+    out = []
+    for nm in names:
+        n = len(nm)
+        p = data.find(nm)
+        while p >= 0:
+            out.append((p, n))
+            p = data.find(nm, p + 1)
+    out.sort()
+    return out
+
+
+def _ident_at(data: bytes, p: int, n: int, start: int, end: int) -> bool:
+    """Is data[p:p+n] (an ASCII identifier) one of `_IDENT.findall(data, start, end)`? findall
+    takes maximal runs of word bytes, without their leading digits, cut at the window's ends."""
+    q = p + n
+    if p < start or q > end or (q < end and _WORD_BYTE[data[q]]):
+        return False
+    j = p
+    while j > start and _WORD_BYTE[data[j - 1]]:
+        j -= 1
+        if not _DIGIT_BYTE[data[j]]:
+            return False  # inside a longer identifier
+    return True
 
 
 @dataclass
@@ -103,12 +137,19 @@ def find_python_gates(source: Source, index: Index, reg: Registry, package_of, p
             v = trig[m] = f[0] if f is not None else triggers.search(index.source_bytes(m)) is not None
         return v
 
-    def matches(data: bytes, start: int, end: int, mod_trig: bool, mod_names: bool) -> bool:
+    def matches(data: bytes, start: int, end: int, mod_trig: bool, occ: list[tuple[int, int]] | None) -> bool:
+        """occ: name_occurrences of the module (None when it names none of `names`)."""
         if mod_trig and triggers.search(data, start, end):
             return True
-        if not mod_names:
+        if not occ:
             return False
-        return not names_b.isdisjoint(frozenset(_IDENT.findall(data, start, end)))
+        i = bisect_left(occ, (start, 0))
+        while i < len(occ) and occ[i][0] < end:
+            p, n = occ[i]
+            if _ident_at(data, p, n, start, end):
+                return True
+            i += 1
+        return False
 
     names_b: set[bytes] = set()
     while True:
@@ -131,12 +172,13 @@ def find_python_gates(source: Source, index: Index, reg: Registry, package_of, p
             if modname in new_rel:
                 todo.append((modname, None))
             mt = module_trig(modname)
-            mn = bool(names_b) and not names_b.isdisjoint(module_idents(modname))
-            if not (mt or mn):
+            present = names_b.intersection(module_idents(modname)) if names_b else None
+            if not (mt or present):
                 continue
             src = index.source_bytes(modname)
+            occ = name_occurrences(src, present) if present else None
             for qual, sb, eb in index.function_spans(modname):
-                if (modname, qual) not in reported and matches(src, sb, eb, mt, mn):
+                if (modname, qual) not in reported and matches(src, sb, eb, mt, occ):
                     todo.append((modname, qual))
         for i, (modname, qual) in enumerate(todo):
             if progress and i % 50 == 0:
