@@ -715,6 +715,28 @@ _EXTERNAL_OWNED = re.compile(
 )
 
 
+# What a macro name's spelling alone says about it (the walk asks for the same names millions
+# of times): bits of _name_kind, cached per name.
+_K_UNDEFINED, _K_UNKNOWN, _K_EXTERNAL, _K_ARCH_FAMILY = 1, 2, 4, 8
+_NAME_KINDS: dict[str, int] = {}
+
+
+def _name_kind(name: str) -> int:
+    k = _NAME_KINDS.get(name)
+    if k is None:
+        k = 0
+        if _COMPILER_OWNED.match(name) or name in HOST_ENV_UNDEFINED or name.startswith(("__cpp_", "_LIBCPP")):
+            k |= _K_UNDEFINED
+        if name == _UNKNOWN_VALUE:
+            k |= _K_UNKNOWN
+        if _EXTERNAL_OWNED.match(name):
+            k |= _K_EXTERNAL
+        if _ARCH_FAMILY.match(name):
+            k |= _K_ARCH_FAMILY
+        _NAME_KINDS[name] = k
+    return k
+
+
 def _mkey(m: "Macro | None"):
     return None if m is None else (m.params, m.body, m.certain, m.tainted)
 
@@ -845,15 +867,18 @@ class Preprocessor:
     # -- policy for names no #define reached
     def undefined_policy(self, name: str):
         """0/False when the name is surely undefined here, None when it may be defined."""
-        if _COMPILER_OWNED.match(name) or name in HOST_ENV_UNDEFINED or name.startswith(("__cpp_", "_LIBCPP")):
+        kind = _NAME_KINDS.get(name)
+        if kind is None:
+            kind = _name_kind(name)
+        if kind & _K_UNDEFINED:
             return False  # C++20-and-later feature macros are undefined under -std=c++17
-        if name == _UNKNOWN_VALUE:
+        if kind & _K_UNKNOWN:
             return None
         if name in self.pkg_names:
             return False  # the package defines it somewhere we read, and not before this point
         if self.res.unresolved_seen:
             return None  # a header we could not read may define anything
-        if self.res.external_seen and _EXTERNAL_OWNED.match(name):
+        if self.res.external_seen and kind & _K_EXTERNAL:
             return None
         return False
 
@@ -910,7 +935,7 @@ class Preprocessor:
                     arg = _take_call(work)
                     out.append(_Val(self._has_include([x for x, _ in arg])) if arg is not None else _UNKNOWN)
                 else:
-                    if t in self.arch_defined or t in self.shadow or _ARCH_FAMILY.match(t):
+                    if t in self.arch_defined or t in self.shadow or _name_kind(t) & _K_ARCH_FAMILY:
                         self._taint = True
                     # a macro name met inside its own expansion is an ordinary identifier: 0
                     pol = (0 if t in hs else None) if m is not None else self.undefined_policy(t)
@@ -1079,7 +1104,7 @@ class Preprocessor:
         return out
 
     def _defined(self, name: str):
-        if name in self.arch_defined or name in self.shadow or _ARCH_FAMILY.match(name):
+        if name in self.arch_defined or name in self.shadow or _name_kind(name) & _K_ARCH_FAMILY:
             self._taint = True  # defined for some targets and not for others
         m = self.macros.get(name)
         self._reads[name] = m
