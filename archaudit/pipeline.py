@@ -207,7 +207,8 @@ def _scan(path, targets, reg, progress, cache, workers) -> ScanResult:
             info["mode"] = mode
             if mode == "cutoff":
                 store.put("result", key, payload)
-            _save_run(store, rkey, fp, key, tnames, payload)
+            if mode == "cutoff" or not _same_run(prev, fp, key, tnames):
+                _save_run(store, rkey, fp, key, tnames, payload)
             info.update(store.stats())
             stats = dict(payload["stats"], seconds=round(time.perf_counter() - t0, 3))
             return ScanResult(root=root, packages=dists, gates=list(payload["gates"]),
@@ -221,12 +222,22 @@ def _scan(path, targets, reg, progress, cache, workers) -> ScanResult:
     index = Index(source, py_files, path_based=path_based)
     index.ir_budget = IR_BUDGET if IR_BUDGET > 0 else None
     index.byte_facts = facts
+    cpp_files = [f for f in files if f.endswith(CPP_SUFFIXES)]
+    # the C++ host-code checks need nothing from the Python side: another core reads them meanwhile
+    rc_job = _RuntimeChecksJob.start(source, cpp_files) if workers > 1 else None
     say(f"evaluating Python gates in {len(py_files)} files")
-    gscan = run_with_big_stack(
-        lambda: find_python_gates(source, index, reg, package_resolver(source, dists), progress=say, facts=facts)
-    )
+    try:
+        gscan = run_with_big_stack(
+            lambda: find_python_gates(source, index, reg, package_resolver(source, dists), progress=say, facts=facts)
+        )
+    except BaseException:
+        if rc_job is not None:
+            rc_job.ex.shutdown(wait=False, cancel_futures=True)
+        raise
     say("looking for architecture checks in C++ host code")
-    cpp_gates = scan_runtime_checks(_Reader(source), [f for f in files if f.endswith(CPP_SUFFIXES)])
+    cpp_gates = rc_job.result() if rc_job is not None else None
+    if cpp_gates is None:
+        cpp_gates = scan_runtime_checks(_Reader(source), cpp_files)
     pkg_of = package_resolver(source, dists)
     for g in cpp_gates:
         g.package = pkg_of(g.path)
@@ -288,6 +299,54 @@ def _scan(path, targets, reg, progress, cache, workers) -> ScanResult:
     return result
 
 
+def _runtime_checks_worker(source: Source, cpp_files: list[str]):
+    """In a forked process: the checks, and what reading the files told the Source (its
+    diagnostics and screened files since the fork), for the parent to record as its own."""
+    n = len(source.diagnostics)
+    screened = set(source._screened)
+    gates = scan_runtime_checks(_Reader(source), cpp_files)
+    return gates, source.diagnostics[n:], source._screened - screened
+
+
+class _RuntimeChecksJob:
+    """scan_runtime_checks in one forked worker process while the Python gates are evaluated.
+    The result is the same as in-process: the worker reads through a copy of the same Source,
+    and its diagnostics are recorded in the parent's (deduplicated as a second read would be)."""
+
+    def __init__(self, source: Source, ex, fut):
+        self.source, self.ex, self.fut = source, ex, fut
+
+    @classmethod
+    def start(cls, source: Source, cpp_files: list[str]) -> "_RuntimeChecksJob | None":
+        import multiprocessing
+        import pickle
+        from concurrent.futures import ProcessPoolExecutor
+
+        # fork only: the worker needs the Source as it is (spawn would re-import a user's __main__)
+        if not cpp_files or "fork" not in multiprocessing.get_all_start_methods():
+            return None
+        try:
+            ex = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("fork"))
+            return cls(source, ex, ex.submit(_runtime_checks_worker, source, cpp_files))
+        except (OSError, RuntimeError, pickle.PicklingError):
+            return None
+
+    def result(self) -> list[Gate] | None:
+        """The gates, or None when the worker failed (the caller then runs the checks itself)."""
+        try:
+            gates, diags, screened = self.fut.result()
+        except Exception:  # noqa: BLE001 - a lost worker (killed, no memory): redo in-process
+            return None
+        finally:
+            self.ex.shutdown(wait=True)
+        for d in diags:
+            if d not in self.source._seen:
+                self.source._seen.add(d)
+                self.source.diagnostics.append(d)
+        self.source._screened |= screened
+        return gates
+
+
 _PAYLOAD_KEYS = ("gates", "diagnostics", "findings", "stats", "names")
 
 
@@ -300,6 +359,17 @@ def _payload(v) -> dict | None:
 def _save_run(store: Cache, rkey: str, fp, key: str, tnames: list[str], payload: dict) -> None:
     store.put("run", rkey, {"snapshot_ns": fp.snapshot_ns, "files": fp.files, "unreadable": sorted(fp.unreadable),
                             "listing": fp.listing, "whole": fp.whole, "targets": tnames, "result_key": key})
+
+
+def _same_run(prev: dict | None, fp, key: str, tnames: list[str]) -> bool:
+    """Would the run snapshot written now say what the stored one says? When every file's hash
+    came from the stored snapshot (none read), the listing, targets and result are the same, it
+    would differ only in its time, and keeping the older time trusts exactly the same files next
+    run (a file is trusted when modified well before the snapshot; a later change moves its
+    mtime past both times). Not writing it saves pickling and writing 16,000 file states."""
+    return (prev is not None and fp.hashed == 0 and prev.get("listing") == fp.listing
+            and prev.get("result_key") == key and prev.get("targets") == tnames
+            and prev.get("whole") == fp.whole and set(prev.get("files") or ()) == set(fp.files))
 
 
 def _inputs_unchanged(source: Source, fp) -> bool:
