@@ -362,14 +362,18 @@ def _save_run(store: Cache, rkey: str, fp, key: str, tnames: list[str], payload:
 
 
 def _same_run(prev: dict | None, fp, key: str, tnames: list[str]) -> bool:
-    """Would the run snapshot written now say what the stored one says? When every file's hash
-    came from the stored snapshot (none read), the listing, targets and result are the same, it
-    would differ only in its time, and keeping the older time trusts exactly the same files next
-    run (a file is trusted when modified well before the snapshot; a later change moves its
-    mtime past both times). Not writing it saves pickling and writing 16,000 file states."""
-    return (prev is not None and fp.hashed == 0 and prev.get("listing") == fp.listing
-            and prev.get("result_key") == key and prev.get("targets") == tnames
-            and prev.get("whole") == fp.whole and set(prev.get("files") or ()) == set(fp.files))
+    """Would the run snapshot written now say what the stored one says? When every file's state
+    was taken from the stored snapshot (none read again; unreadable files are retried on every
+    run anyway) and the listing, targets and result are the same, it would differ only in its
+    time, and keeping the older time trusts exactly the same files next run (a file is trusted
+    when modified well before the snapshot; a later change moves its mtime past both times).
+    Not writing it saves pickling and writing 16,000 file states."""
+    if prev is None or prev.get("listing") != fp.listing or prev.get("result_key") != key:
+        return False
+    old = prev.get("files") or {}
+    return (prev.get("targets") == tnames and prev.get("whole") == fp.whole and len(old) == len(fp.files)
+            and prev.get("unreadable") == sorted(fp.unreadable)
+            and all(st is old.get(p) for p, st in fp.files.items()))
 
 
 def _inputs_unchanged(source: Source, fp) -> bool:
