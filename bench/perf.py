@@ -8,7 +8,7 @@ Corpora (bench/corpus.py, downloaded once with pip and unpacked into its cache):
 fi072only = flashinfer-python 0.7.2.post1; fi072 = + sglang 0.5.23; fi072vllm = + vllm 0.33.0.
 Each scan runs as a subprocess (python -m archaudit); wall time, CPU time (user+system, worker
 processes included) and peak RSS come from os.wait4 on that process. The load average is
-recorded with every run: the machine's cores are shared. The scans run on a hard-linked copy
+recorded with every run: the machine's cores are shared. The scans run on a private copy
 of the corpus so the touched file can be replaced without changing the cached corpus.
 Nothing scanned is imported or executed.
 """
@@ -56,11 +56,13 @@ def run_measured(cmd: list[str], env: dict | None = None, cwd: str | None = None
     }
 
 
-def link_copy(src: Path, dst: Path) -> None:
-    """A copy of a tree whose files are hard links (fast, no extra space)."""
+def private_copy(src: Path, dst: Path) -> None:
+    """A private copy of the tree. Not hard links: another benchmark linking the same cached
+    corpus changes the inodes' ctime, which the cache rightly reads as a change (a cold run's
+    result is then not stored, and the next warm run is a full scan)."""
     if dst.exists():
         shutil.rmtree(dst)
-    shutil.copytree(src, dst, copy_function=os.link, symlinks=True)
+    shutil.copytree(src, dst, symlinks=True)
 
 
 def touch(path: Path, text: str) -> None:
@@ -153,7 +155,7 @@ def main() -> int:
                                 "started": time.strftime("%Y-%m-%d %H:%M:%S")}}
     src = corpus.site_packages("fi072")
     tree = work / "fi072"
-    link_copy(src, tree)
+    private_copy(src, tree)
     touched = next((tree / c for c in TOUCH_CANDIDATES if (tree / c).is_file()), None)
     rg, rg_kind = find_rg(corpus.cache_root())
     result["floor_tool"] = rg_kind
