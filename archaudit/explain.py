@@ -24,13 +24,19 @@ class GateExplanation:
 
 def gates_at(source: Source, index, reg: Registry, path: str, line: int) -> list[Gate]:
     """The gates on one line, from evaluating only the innermost function that holds it."""
+    return [g for g in _scope_gates(source, index, reg, path, line) if g.line == line]
+
+
+def _scope_gates(source: Source, index, reg: Registry, path: str, line: int) -> list[Gate]:
+    """Every gate of the innermost function (or module) holding the line, from evaluating only it;
+    in a C/C++ file, its runtime checks."""
     from .python.gates import _to_gates
     from .python.index import function_at_line
     from .python.interp import Interp
 
     modname = index.module_of_path.get(path)
     if modname is None:
-        return _cpp_gates_at(source, path, line)
+        return _cpp_gates(source, path)
     mod = index.module(modname, full=True)
     if mod is None:
         return []
@@ -40,16 +46,14 @@ def gates_at(source: Source, index, reg: Registry, path: str, line: int) -> list
         interp.report_function(mod, best[0], best[1])
     else:
         interp.report_module(modname)
-    return [g for g in _to_gates(interp.gates, lambda p: None) if g.path == path and g.line == line]
+    return [g for g in _to_gates(interp.gates, lambda p: None) if g.path == path]
 
 
-def _cpp_gates_at(source: Source, path: str, line: int) -> list[Gate]:
+def _cpp_gates(source: Source, path: str) -> list[Gate]:
     from .cuda.runtime_checks import find_runtime_checks
 
     data = source.read(path)
-    if data is None:
-        return []
-    return [g for g in find_runtime_checks(path, data) if g.line == line]
+    return [] if data is None else find_runtime_checks(path, data)
 
 
 def explain(source: Source, files: list[str], index, reg: Registry, path: str, line: int,
@@ -60,7 +64,8 @@ def explain(source: Source, files: list[str], index, reg: Registry, path: str, l
     from .patch import Patcher, module_binding, reevaluate_gate
     from .pipeline import _Reader
 
-    gates = gates_at(source, index, reg, path, line)
+    scope = _scope_gates(source, index, reg, path, line)
+    gates = [g for g in scope if g.line == line]
     if not gates:
         return []
     reader = _Reader(source)
@@ -72,12 +77,12 @@ def explain(source: Source, files: list[str], index, reg: Registry, path: str, l
     patcher = Patcher(source, index, reg, lambda s, g: reevaluate_gate(s, g, reg, py_files, path_based),
                       module_binding(index, reg))
     # the gates down each chain, so that the patch plan can name them, and those of the tests
-    # that run before each gate
+    # that run before each gate (in the same function: already evaluated)
     chain_gates = list(gates)
     for g in gates:
         if g.path.endswith(".py"):
-            for _rel, ln, _col, _text in tests_before(g):
-                chain_gates += gates_at(source, index, reg, g.path, ln)
+            lines = {ln for _rel, ln, _col, _text in tests_before(g)}
+            chain_gates += [x for x in scope if x.line in lines]
         for ref in behind(g).modules:
             if ref.flags_gate and ref.flags_gate != (g.path, g.line):
                 chain_gates += gates_at(source, index, reg, *ref.flags_gate)

@@ -228,10 +228,13 @@ class _Converter:
     def mk(self, k: str, ts, **f) -> N:
         row, col = ts.start_point  # one Point and one range, not four calls: this runs for every IR node
         sb, eb = ts.byte_range
+        return N(k, self._line(row), col + 1, sb, eb, f)
+
+    def _line(self, row: int) -> int:
         line = self._lines.get(row)
         if line is None:  # nodes of one line share its number (an int above 256 is an object)
             line = self._lines[row] = row + 1
-        return N(k, line, col + 1, sb, eb, f)
+        return line
 
     def text(self, ts) -> str:
         sb, eb = ts.byte_range
@@ -290,10 +293,7 @@ class _Converter:
                 # the tree's shape, to check the def's re-parse against (see _def_node)
                 f.pending = (self.src, ts.start_byte, ts.end_byte, (row, col), tuple(ts.end_point), self.bdepth,
                              hash(str(ts)))
-                line = self._lines.get(row)
-                if line is None:
-                    line = self._lines[row] = row + 1
-                return N("def", line, col + 1, ts.start_byte, ts.end_byte, f)
+                return N("def", self._line(row), col + 1, ts.start_byte, ts.end_byte, f)
             return self.mk(
                 "def",
                 ts,
