@@ -88,6 +88,45 @@ def _ident_at(data: bytes, p: int, n: int, start: int, end: int) -> bool:
     return True
 
 
+_SPACE = b" \t"
+
+
+def _is_use(data: bytes, p: int, n: int) -> bool:
+    """Can the identifier at data[p:p+n] read what the name is bound to? Not when it is the
+    name of a `def`/`class` being defined, nor a target or keyword being bound (`name = ...`,
+    `f(name=...)`, `def f(name=...)`; but f"{name=}" reads it): a function whose only occurrences of an
+    architecture-dependent name are those does not use it. (Annotated, augmented and walrus
+    bindings, `for name in`, imports, comments and strings all count as uses: conservative.)"""
+    q = p + n
+    while q < len(data) and data[q] in _SPACE:
+        q += 1
+    if q < len(data) and data[q] == 61 and data[q + 1:q + 2] != b"=":  # "=" but not "=="
+        r = q + 1
+        while r < len(data) and data[r] in _SPACE:
+            r += 1
+        # f"{name=}", f"{name=!r}", f"{name=:>8}" read the name
+        return r < len(data) and data[r] in b"}!:"
+    j = p
+    while j > 0 and data[j - 1] in _SPACE:
+        j -= 1
+    if j == p:
+        return True
+    for kw in (b"def", b"class"):
+        k = j - len(kw)
+        if k >= 0 and data[k:j] == kw and (k == 0 or not _WORD_BYTE[data[k - 1]]):
+            return False
+    return True
+
+
+def uses_any(data: bytes, names, start: int = 0, end: int | None = None) -> bool:
+    """Does data[start:end] hold a use (`_is_use`) of one of the names as an identifier?"""
+    end = len(data) if end is None else end
+    for p, n in name_occurrences(data, names):
+        if _ident_at(data, p, n, start, end) and _is_use(data, p, n):
+            return True
+    return False
+
+
 @dataclass
 class GateScan:
     gates: list[Gate] = field(default_factory=list)
@@ -146,7 +185,7 @@ def find_python_gates(source: Source, index: Index, reg: Registry, package_of, p
         i = bisect_left(occ, (start, 0))
         while i < len(occ) and occ[i][0] < end:
             p, n = occ[i]
-            if _ident_at(data, p, n, start, end):
+            if _ident_at(data, p, n, start, end) and _is_use(data, p, n):
                 return True
             i += 1
         return False
@@ -156,7 +195,8 @@ def find_python_gates(source: Source, index: Index, reg: Registry, package_of, p
         scan.rounds += 1
         new_rel = {
             m for m in modules
-            if m not in relevant and (module_trig(m) or (names_b and not names_b.isdisjoint(module_idents(m))))
+            if m not in relevant and (module_trig(m) or (names_b and not names_b.isdisjoint(module_idents(m))
+                                                         and uses_any(index.source_bytes(m), names_b & module_idents(m))))
         }
         redo = set(interp.invalidate(new_rel)) if new_rel and scan.rounds > 1 else set()
         relevant |= new_rel
@@ -178,7 +218,9 @@ def find_python_gates(source: Source, index: Index, reg: Registry, package_of, p
             src = index.source_bytes(modname)
             occ = name_occurrences(src, present) if present else None
             for qual, sb, eb in index.function_spans(modname):
-                if (modname, qual) not in reported and matches(src, sb, eb, mt, occ):
+                # a function whose own name now carries an architecture dependence is evaluated
+                # for the tests inside it (its `def` line is not a use of the name, see _is_use)
+                if (modname, qual) not in reported and (qual.rsplit(".", 1)[-1] in names or matches(src, sb, eb, mt, occ)):
                     todo.append((modname, qual))
         for i, (modname, qual) in enumerate(todo):
             if progress and i % 50 == 0:
