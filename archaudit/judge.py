@@ -71,14 +71,37 @@ class TuCache:
         self.project = project
         self._got: dict = {}
 
-    def analyse(self, src: str, ct: CompileTarget, roots: Iterable[str] = (), defines: dict | None = None):
+    @staticmethod
+    def request(src: str, ct: CompileTarget, roots: Iterable[str] = (), defines: dict | None = None) -> tuple:
+        """(key, analyse_tu's arguments) of one TU analysis."""
         arch = str(ct.major * 100 + ct.minor * 10)
         defines = {k: str(v).replace("{cuda_arch}", arch) for k, v in (defines or {}).items()}
         key = (src, ct.name, tuple(roots), tuple(sorted(defines.items())))
+        return key, (src, ct, list(roots) or None, defines or None)
+
+    def analyse(self, src: str, ct: CompileTarget, roots: Iterable[str] = (), defines: dict | None = None):
+        key, args = self.request(src, ct, roots, defines)
         r = self._got.get(key)
         if r is None:
-            r = self._got[key] = self.project.analyse_tu(src, ct, list(roots) or None, defines or None)
+            r = self._got[key] = self.project.analyse_tu(*args)
         return r
+
+    def missing(self, refs: Iterable[ModuleRef], ct: CompileTarget) -> dict:
+        """key -> analyse_tu's arguments, for the TUs judge_module(ref, ct) will analyse that
+        are not done yet."""
+        out = {}
+        for ref in refs:
+            if ref.binary is not None or ref.unresolved:
+                continue
+            for src in ref.sources:
+                key, args = self.request(src, ct, ref.include_roots, ref.defines)
+                if key not in self._got:
+                    out[key] = args
+        return out
+
+    def install(self, key: tuple, result) -> None:
+        """A result analysed elsewhere (a worker process): the same as analysing it here."""
+        self._got.setdefault(key, result)
 
     def input_problems(self) -> list[Diagnostic]:
         """Problems in the sources analysed so far that make nvcc reject a TU or never finish it
@@ -330,13 +353,17 @@ TestsBefore = Callable[[Gate], list]  # Behind.tests_before for a gate: (relatio
 
 def judge_gates(gates: list[Gate], gpus: list[tuple[Gpu, CompileTarget]], behind: BehindFn, tus: TuCache,
                 patcher=None, progress=None, all_gates: list[Gate] | None = None,
-                tests_before: TestsBefore | None = None, not_evaluated: list | None = None) -> list[Finding]:
+                tests_before: TestsBefore | None = None, not_evaluated: list | None = None,
+                prefetch: Callable[[dict], None] | None = None) -> list[Finding]:
     """Every gate x target that the gate excludes, classified; software-only ones with a patch
     plan that covers every gate on the chain (looked up in all_gates, default: gates).
     With tests_before, a gate the target never evaluates because an earlier arm admits the target
     (an `if`/`elif` chain, or `if C: return x` before it) gives no finding (appended to
     not_evaluated as (gate, target, that arm's gate)); one that an earlier gate stops first says
-    so, and its plan patches that one too."""
+    so, and its plan patches that one too.
+    prefetch: given {key: analyse_tu arguments} of the TUs still to analyse, before any verdict
+    (pipeline.prefetch_tus analyses them in worker processes); it computes behind() of every
+    pair, which the verdicts then reuse."""
     known = all_gates if all_gates is not None else gates
     by_place = {(g.path, g.line): g for g in known}
     by_pos: dict[tuple[str, int, int], list[Gate]] = {}
@@ -346,18 +373,41 @@ def judge_gates(gates: list[Gate], gpus: list[tuple[Gpu, CompileTarget]], behind
     before_cache: dict[tuple[str, int, int], list[tuple[str, Gate]]] = {}
     findings: list[Finding] = []
     excluding = [(g, gpu, ct) for g in gates for gpu, ct in gpus if gpu.name not in g.admits]
+
+    def earlier_of(g: Gate) -> list[tuple[str, Gate]]:
+        if tests_before is None:
+            return []
+        key = (g.path, g.line, g.col)
+        if key not in before_cache:
+            before_cache[key] = _gates_before(g, tests_before, by_pos)
+        return before_cache[key]
+
+    def served_by(g: Gate, gpu: Gpu) -> Gate | None:
+        """An earlier arm the target takes (`elif` after it, or code after `if C: return x`)."""
+        return next((eg for rel, eg in earlier_of(g) if _test_true(eg, gpu.name) and (
+            rel == "else-of" or (rel == "exit-if" and eg.region == "branch"))), None)
+
+    def behind_of(g: Gate) -> Behind:
+        b = cache.get((g.path, g.line))
+        if b is None:
+            b = cache[(g.path, g.line)] = behind(g)
+        return b
+
+    if prefetch is not None:
+        # every TU the verdicts below will analyse, handed over at once (to worker processes)
+        wanted: dict = {}
+        for i, (g, gpu, ct) in enumerate(excluding):
+            if progress and i % 25 == 0:
+                progress(f"following calls from gate {i}/{len(excluding)}")
+            if served_by(g, gpu) is None:
+                for key, args in tus.missing(behind_of(g).modules, ct).items():
+                    wanted.setdefault(key, args)
+        prefetch(wanted)
     for i, (g, gpu, ct) in enumerate(excluding):
         if progress and i % 25 == 0:
             progress(f"judging {i}/{len(excluding)} gate x target pairs")
-        earlier = []
-        if tests_before is not None:
-            key = (g.path, g.line, g.col)
-            if key not in before_cache:
-                before_cache[key] = _gates_before(g, tests_before, by_pos)
-            earlier = before_cache[key]
-        # served: an earlier arm the target takes (`elif` after it, or code after `if C: return x`)
-        served = next((eg for rel, eg in earlier if _test_true(eg, gpu.name) and (
-            rel == "else-of" or (rel == "exit-if" and eg.region == "branch"))), None)
+        earlier = earlier_of(g)
+        served = served_by(g, gpu)
         if served is not None:
             if not_evaluated is not None:
                 not_evaluated.append((g, gpu.name, served))
@@ -366,9 +416,7 @@ def judge_gates(gates: list[Gate], gpus: list[tuple[Gpu, CompileTarget]], behind
         stopped = [eg for rel, eg in earlier if
                    (rel == "exit-if" and eg.region == "after-early-exit" and _test_true(eg, gpu.name))
                    or (rel == "then-of" and eg.region == "branch" and _test_false(eg, gpu.name))]
-        b = cache.get((g.path, g.line))
-        if b is None:
-            b = cache[(g.path, g.line)] = behind(g)
+        b = behind_of(g)
         f = classify(g, gpu, ct, b, tus)
         if stopped:
             f.reason += "; " + "; ".join(

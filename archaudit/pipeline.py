@@ -251,7 +251,7 @@ def _scan(path, targets, reg, progress, cache, workers) -> ScanResult:
     index.ir_budget = None
     if targets:
         findings, patcher, tu_problems, not_evaluated = run_with_big_stack(
-            lambda: judge_scan(source, files, index, gates, targets, reg, path_based, say))
+            lambda: judge_scan(source, files, index, gates, targets, reg, path_based, say, workers))
     budget = [
         Diagnostic(index.path_of.get(m, m), "analysis-budget",
                    f"evaluation of {m + '.' + q if q else m} stopped at the step budget; gates after that point may be missing")
@@ -308,6 +308,64 @@ def _runtime_checks_worker(source: Source, cpp_files: list[str]):
     return gates, source.diagnostics[n:], source._screened - screened
 
 
+def _adopt_reads(source: Source, diags: list[Diagnostic], screened: set[str]) -> None:
+    """Record what a worker's reading told its copy of the Source, as a read here would have
+    (diagnostics deduplicated)."""
+    for d in diags:
+        if d not in source._seen:
+            source._seen.add(d)
+            source.diagnostics.append(d)
+    source._screened |= screened
+
+
+# the TU cache and the keys of the TUs to analyse, inherited by forked prefetch workers
+_FORKED_TUS: tuple | None = None
+
+
+def _tu_worker(source: Source, keys: list[int]):
+    """In a forked process: analyse_tu for some of _FORKED_TUS's TUs, with the Source's new
+    diagnostics and screened files (as _runtime_checks_worker)."""
+    tus, todo = _FORKED_TUS
+    n = len(source.diagnostics)
+    screened = set(source._screened)
+    out = run_with_big_stack(lambda: [(i, tus.project.analyse_tu(*todo[i][1])) for i in keys])
+    return out, source.diagnostics[n:], source._screened - screened
+
+
+def prefetch_tus(tus, wanted: dict, source: Source, workers: int, say: Progress) -> None:
+    """Analyse the TUs `wanted` ({key: analyse_tu arguments}) in `workers` forked processes and
+    install the results in `tus`, as if analysed here: each TU's analysis depends only on its
+    arguments and the files (the caches it shares in-process only save work). Processes keep
+    their file caches between tasks, so TUs that include the same headers are sent to the same
+    process in runs of neighbouring paths. Any failure leaves the rest to be analysed in-process."""
+    global _FORKED_TUS
+    import multiprocessing
+    import pickle
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    todo = sorted(wanted.items(), key=lambda kv: (kv[0][0], repr(kv[0][1:])))
+    if workers < 2 or len(todo) < 2 or "fork" not in multiprocessing.get_all_start_methods():
+        return
+    per = max(1, min(8, len(todo) // (workers * 4)))
+    chunks = [list(range(i, min(i + per, len(todo)))) for i in range(0, len(todo), per)]
+    _FORKED_TUS = (tus, todo)
+    done = 0
+    try:
+        with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork")) as ex:
+            futs = [ex.submit(_tu_worker, source, c) for c in chunks]
+            for fut in as_completed(futs):
+                results, diags, screened = fut.result()
+                for i, r in results:
+                    tus.install(todo[i][0], r)
+                _adopt_reads(source, diags, screened)
+                done += len(results)
+                say("analysing CUDA translation units", done, len(todo))
+    except (OSError, RuntimeError, pickle.PicklingError):
+        pass  # a lost worker or no processes here: what is missing is analysed in-process
+    finally:
+        _FORKED_TUS = None
+
+
 class _RuntimeChecksJob:
     """scan_runtime_checks in one forked worker process while the Python gates are evaluated.
     The result is the same as in-process: the worker reads through a copy of the same Source,
@@ -339,11 +397,7 @@ class _RuntimeChecksJob:
             return None
         finally:
             self.ex.shutdown(wait=True)
-        for d in diags:
-            if d not in self.source._seen:
-                self.source._seen.add(d)
-                self.source.diagnostics.append(d)
-        self.source._screened |= screened
+        _adopt_reads(self.source, diags, screened)
         return gates
 
 
@@ -451,7 +505,7 @@ def _prefilter_facts(source: Source, py_files: list[str], workers: int, say) -> 
 
 
 def judge_scan(source: Source, files: list[str], index: Index, gates: list[Gate], targets: list[TargetRequest],
-               reg: Registry, path_based: bool, say: Progress):
+               reg: Registry, path_based: bool, say: Progress, workers: int = 1):
     """Verdicts for every gate x target the gate excludes (archaudit.judge)."""
     from .callgraph import Analysis
     from .cuda.tu import CudaProject
@@ -469,5 +523,6 @@ def judge_scan(source: Source, files: list[str], index: Index, gates: list[Gate]
     tus = TuCache(project)
     not_evaluated: list = []
     findings = judge_gates(gates, pairs, behind_from_callgraph(analysis), tus, patcher, progress=say,
-                           tests_before=tests_before_from_callgraph(analysis), not_evaluated=not_evaluated)
+                           tests_before=tests_before_from_callgraph(analysis), not_evaluated=not_evaluated,
+                           prefetch=(lambda wanted: prefetch_tus(tus, wanted, source, workers, say)) if workers > 1 else None)
     return findings, patcher, tus.input_problems(), not_evaluated
