@@ -361,9 +361,9 @@ def judge_gates(gates: list[Gate], gpus: list[tuple[Gpu, CompileTarget]], behind
     (an `if`/`elif` chain, or `if C: return x` before it) gives no finding (appended to
     not_evaluated as (gate, target, that arm's gate)); one that an earlier gate stops first says
     so, and its plan patches that one too.
-    prefetch: given {key: analyse_tu arguments} of the TUs still to analyse, before any verdict
-    (pipeline.prefetch_tus analyses them in worker processes); it computes behind() of every
-    pair, which the verdicts then reuse."""
+    prefetch: given {key: analyse_tu arguments} of TUs still to analyse, as behind() of each
+    pair finds them, then None once before any verdict (pipeline.CudaWorker analyses them in
+    another process and installs the results in `tus`). The verdicts reuse those behind()s."""
     known = all_gates if all_gates is not None else gates
     by_place = {(g.path, g.line): g for g in known}
     by_pos: dict[tuple[str, int, int], list[Gate]] = {}
@@ -394,15 +394,15 @@ def judge_gates(gates: list[Gate], gpus: list[tuple[Gpu, CompileTarget]], behind
         return b
 
     if prefetch is not None:
-        # every TU the verdicts below will analyse, handed over at once (to worker processes)
-        wanted: dict = {}
+        # every TU the verdicts below will analyse, handed over as the call graph finds them
         for i, (g, gpu, ct) in enumerate(excluding):
             if progress and i % 25 == 0:
                 progress(f"following calls from gate {i}/{len(excluding)}")
             if served_by(g, gpu) is None:
-                for key, args in tus.missing(behind_of(g).modules, ct).items():
-                    wanted.setdefault(key, args)
-        prefetch(wanted)
+                wanted = tus.missing(behind_of(g).modules, ct)
+                if wanted:
+                    prefetch(wanted)
+        prefetch(None)
     for i, (g, gpu, ct) in enumerate(excluding):
         if progress and i % 25 == 0:
             progress(f"judging {i}/{len(excluding)} gate x target pairs")

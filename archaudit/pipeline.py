@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import os
+import re
 import threading
 import time
 from contextlib import contextmanager
@@ -225,6 +226,8 @@ def _scan(path, targets, reg, progress, cache, workers) -> ScanResult:
     cpp_files = [f for f in files if f.endswith(CPP_SUFFIXES)]
     # the C++ host-code checks need nothing from the Python side: another core reads them meanwhile
     rc_job = _RuntimeChecksJob.start(source, cpp_files) if workers > 1 else None
+    # and another process prepares the CUDA side of the verdicts
+    cuda = CudaWorker.start(source, files, py_files) if workers > 1 and targets else None
     say(f"evaluating Python gates in {len(py_files)} files")
     try:
         gscan = run_with_big_stack(
@@ -233,6 +236,8 @@ def _scan(path, targets, reg, progress, cache, workers) -> ScanResult:
     except BaseException:
         if rc_job is not None:
             rc_job.ex.shutdown(wait=False, cancel_futures=True)
+        if cuda is not None:
+            cuda.close()
         raise
     say("looking for architecture checks in C++ host code")
     cpp_gates = rc_job.result() if rc_job is not None else None
@@ -250,8 +255,12 @@ def _scan(path, targets, reg, progress, cache, workers) -> ScanResult:
     # graph and the patcher keep their own references to modules, so nothing is evicted now
     index.ir_budget = None
     if targets:
-        findings, patcher, tu_problems, not_evaluated = run_with_big_stack(
-            lambda: judge_scan(source, files, index, gates, targets, reg, path_based, say, workers))
+        try:
+            findings, patcher, tu_problems, not_evaluated = run_with_big_stack(
+                lambda: judge_scan(source, files, index, gates, targets, reg, path_based, say, cuda))
+        finally:
+            if cuda is not None:
+                cuda.close()
     budget = [
         Diagnostic(index.path_of.get(m, m), "analysis-budget",
                    f"evaluation of {m + '.' + q if q else m} stopped at the step budget; gates after that point may be missing")
@@ -318,52 +327,133 @@ def _adopt_reads(source: Source, diags: list[Diagnostic], screened: set[str]) ->
     source._screened |= screened
 
 
-# the TU cache and the keys of the TUs to analyse, inherited by forked prefetch workers
-_FORKED_TUS: tuple | None = None
+# In the forked CUDA worker: its CudaProject (set by _cuda_warm, used by _cuda_analyse).
+_CUDA: dict = {}
+# JIT sources named in Python code ("norm.cu", csrc / "x.cpp"): the TUs the warm-up reads first
+_NAMED_SOURCE = re.compile(rb"[\w.+-]+\.(?:cu|cpp|cc|cxx)\b")
 
 
-def _tu_worker(source: Source, keys: list[int]):
-    """In a forked process: analyse_tu for some of _FORKED_TUS's TUs, with the Source's new
+def _cuda_warm(source: Source, files: list[str], py_files: list[str]) -> int:
+    """In the CUDA worker, while the parent evaluates the Python gates: build the same
+    CudaProject judge_scan builds, and extract the facts of the C/C++ files the JIT modules
+    are likely to compile (sources named in Python code, then their includes), until the
+    parent sets the stop event (inherited: an Event cannot be pickled).
+    Only files that read without a diagnostic are kept (Source.read_quietly): the others are
+    read, and reported, by the TU analysis that needs them, as in-process."""
+    from .cuda import features as F
+    from .cuda.preproc import OP_INCLUDE
+    from .cuda.tu import CudaProject
+    from .parsing.screen import binary_problem
+
+    stop = _CUDA["stop"]
+    reader = _Reader(source)
+    project = CudaProject(reader, CudaProject.discover_include_roots(files, reader), files=files)
+    _CUDA["project"] = project
+    named: set[bytes] = set()
+    for p in py_files:
+        if stop.is_set():
+            return 0
+        data = source.read_quietly(p)
+        if data is not None:
+            named.update(m.rsplit(b"/", 1)[-1] for m in _NAMED_SOURCE.findall(data))
+    todo = [f for f in files if f.endswith((".cu", ".cpp", ".cc", ".cxx"))
+            and f.rsplit("/", 1)[-1].encode() in named]
+    seen = set(todo)
+    done = 0
+    while todo and not stop.is_set():
+        path = todo.pop(0)
+        data = source.read_quietly(path)
+        if data is None or binary_problem(data) is not None:
+            continue
+        ff = F.extract(path, data)
+        project.set_facts(ff)
+        done += 1
+        for op in ff.program.ops:
+            if op[0] == OP_INCLUDE and not op[5]:  # not a computed #include
+                r = project.resolver.resolve(op[2], op[3], path)
+                if r.kind == "file" and r.path not in seen:
+                    seen.add(r.path)
+                    todo.append(r.path)
+    return done
+
+
+def _cuda_analyse(source: Source, todo: list[tuple]):
+    """In the CUDA worker: analyse_tu for each (key, arguments), with the Source's new
     diagnostics and screened files (as _runtime_checks_worker)."""
-    tus, todo = _FORKED_TUS
+    project = _CUDA["project"]
     n = len(source.diagnostics)
     screened = set(source._screened)
-    out = run_with_big_stack(lambda: [(i, tus.project.analyse_tu(*todo[i][1])) for i in keys])
+    out = run_with_big_stack(lambda: [(key, project.analyse_tu(*args)) for key, args in todo])
     return out, source.diagnostics[n:], source._screened - screened
 
 
-def prefetch_tus(tus, wanted: dict, source: Source, workers: int, say: Progress) -> None:
-    """Analyse the TUs `wanted` ({key: analyse_tu arguments}) in `workers` forked processes and
-    install the results in `tus`, as if analysed here: each TU's analysis depends only on its
-    arguments and the files (the caches it shares in-process only save work). Processes keep
-    their file caches between tasks, so TUs that include the same headers are sent to the same
-    process in runs of neighbouring paths. Any failure leaves the rest to be analysed in-process."""
-    global _FORKED_TUS
-    import multiprocessing
-    import pickle
-    from concurrent.futures import ProcessPoolExecutor, as_completed
+class CudaWorker:
+    """One forked process for the CUDA side of the verdicts. Started before the Python gates
+    are evaluated (which keep one core busy), it reads and extracts the C/C++ files the JIT
+    modules likely compile; when the verdicts begin, it analyses the TUs they need, sent as
+    the call graph finds them, while this process goes on following calls. Its results are
+    installed in the TU cache as if analysed here: a TU's analysis depends only on its
+    arguments and the files (the worker's caches only save work). A failure leaves the rest
+    to be analysed in-process."""
 
-    todo = sorted(wanted.items(), key=lambda kv: (kv[0][0], repr(kv[0][1:])))
-    if workers < 2 or len(todo) < 2 or "fork" not in multiprocessing.get_all_start_methods():
-        return
-    per = max(1, min(8, len(todo) // (workers * 4)))
-    chunks = [list(range(i, min(i + per, len(todo)))) for i in range(0, len(todo), per)]
-    _FORKED_TUS = (tus, todo)
-    done = 0
-    try:
-        with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork")) as ex:
-            futs = [ex.submit(_tu_worker, source, c) for c in chunks]
-            for fut in as_completed(futs):
+    def __init__(self, source: Source, ex, stop):
+        self.source, self.ex, self.stop = source, ex, stop
+        self.futs: list = []
+        self.sent: set = set()
+
+    @classmethod
+    def start(cls, source: Source, files: list[str], py_files: list[str]) -> "CudaWorker | None":
+        import multiprocessing
+        import pickle
+        from concurrent.futures import ProcessPoolExecutor
+
+        if "fork" not in multiprocessing.get_all_start_methods():
+            return None
+        try:
+            ctx = multiprocessing.get_context("fork")
+            stop = _CUDA["stop"] = ctx.Event()  # set before the worker is forked (at the first submit)
+            ex = ProcessPoolExecutor(max_workers=1, mp_context=ctx)
+            w = cls(source, ex, stop)
+            w.futs.append(ex.submit(_cuda_warm, source, files, py_files))
+            return w
+        except (OSError, RuntimeError, pickle.PicklingError):
+            return None
+
+    def send(self, wanted: dict) -> None:
+        """Analyse these TUs ({key: analyse_tu arguments}; those sent before are skipped)."""
+        self.stop.set()  # the warm-up ends: what it has not read, the analyses read on demand
+        todo = [(k, a) for k, a in wanted.items() if k not in self.sent]
+        if not todo or self.ex is None:
+            return
+        self.sent.update(k for k, _a in todo)
+        try:
+            self.futs.append(self.ex.submit(_cuda_analyse, self.source, todo))
+        except RuntimeError:  # the worker is gone
+            self.close()
+
+    def collect(self, tus, say: Progress) -> None:
+        """Wait for every analysis sent and install the results in `tus`."""
+        import pickle
+
+        total, done = len(self.sent), 0
+        try:
+            for fut in self.futs[1:]:
                 results, diags, screened = fut.result()
-                for i, r in results:
-                    tus.install(todo[i][0], r)
-                _adopt_reads(source, diags, screened)
+                for key, r in results:
+                    tus.install(key, r)
+                _adopt_reads(self.source, diags, screened)
                 done += len(results)
-                say("analysing CUDA translation units", done, len(todo))
-    except (OSError, RuntimeError, pickle.PicklingError):
-        pass  # a lost worker or no processes here: what is missing is analysed in-process
-    finally:
-        _FORKED_TUS = None
+                say("analysing CUDA translation units", done, total)
+        except (OSError, RuntimeError, pickle.PicklingError):
+            pass  # a lost worker: what is missing is analysed in-process
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self.ex is not None:
+            self.stop.set()
+            self.ex.shutdown(wait=True, cancel_futures=True)
+            self.ex = None
 
 
 class _RuntimeChecksJob:
@@ -505,7 +595,7 @@ def _prefilter_facts(source: Source, py_files: list[str], workers: int, say) -> 
 
 
 def judge_scan(source: Source, files: list[str], index: Index, gates: list[Gate], targets: list[TargetRequest],
-               reg: Registry, path_based: bool, say: Progress, workers: int = 1):
+               reg: Registry, path_based: bool, say: Progress, cuda: CudaWorker | None = None):
     """Verdicts for every gate x target the gate excludes (archaudit.judge)."""
     from .callgraph import Analysis
     from .cuda.tu import CudaProject
@@ -524,5 +614,6 @@ def judge_scan(source: Source, files: list[str], index: Index, gates: list[Gate]
     not_evaluated: list = []
     findings = judge_gates(gates, pairs, behind_from_callgraph(analysis), tus, patcher, progress=say,
                            tests_before=tests_before_from_callgraph(analysis), not_evaluated=not_evaluated,
-                           prefetch=(lambda wanted: prefetch_tus(tus, wanted, source, workers, say)) if workers > 1 else None)
+                           prefetch=(lambda wanted: cuda.send(wanted) if wanted is not None else cuda.collect(tus, say))
+                           if cuda is not None else None)
     return findings, patcher, tus.input_problems(), not_evaluated

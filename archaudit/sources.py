@@ -90,6 +90,22 @@ class Source:
                     self.diag(rel, "unbalanced-conditional", unbalanced_message(msg), line=line)
         return data
 
+    def read_quietly(self, rel: str) -> bytes | None:
+        """The file's bytes when read() would give them without a diagnostic; else None, and
+        no trace: a speculative read (the CUDA worker's warm-up) must not report a file the
+        analysis itself never reads, nor keep a later real read from reporting it."""
+        n = len(self.diagnostics)
+        screened = rel in self._screened
+        data = self.read(rel)
+        added = self.diagnostics[n:]
+        if added:
+            del self.diagnostics[n:]
+            self._seen.difference_update(added)
+            if not screened:
+                self._screened.discard(rel)
+            return None
+        return data
+
     def _read_bytes(self, rel: str) -> bytes | None:
         raise NotImplementedError
 
