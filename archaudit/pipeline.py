@@ -358,6 +358,9 @@ def _cuda_warm(source: Source, files: list[str], py_files: list[str]) -> int:
             named.update(m.rsplit(b"/", 1)[-1] for m in _NAMED_SOURCE.findall(data))
     todo = [f for f in files if f.endswith((".cu", ".cpp", ".cc", ".cxx"))
             and f.rsplit("/", 1)[-1].encode() in named]
+    # a resolver of its own: resolving adds include roots (a package's copy of cub/, thrust/),
+    # and the TU analyses must find the project's resolver as the in-process run leaves it
+    resolver = project.resolver.with_extra_roots([])
     seen = set(todo)
     done = 0
     while todo and not stop.is_set():
@@ -370,7 +373,7 @@ def _cuda_warm(source: Source, files: list[str], py_files: list[str]) -> int:
         done += 1
         for op in ff.program.ops:
             if op[0] == OP_INCLUDE and not op[5]:  # not a computed #include
-                r = project.resolver.resolve(op[2], op[3], path)
+                r = resolver.resolve(op[2], op[3], path)
                 if r.kind == "file" and r.path not in seen:
                     seen.add(r.path)
                     todo.append(r.path)

@@ -199,3 +199,92 @@ def test_hunks_unchanged():
     assert not hunks_unchanged(patch, "p.py", old, old.replace("line 8\n", "line 8 changed\n"))
     near_end = unified_diff("p.py", old, old.replace("line 19\n", "line 19 or 12\n"))
     assert not hunks_unchanged(near_end, "p.py", old, old + "# appended\n")
+
+
+def test_cuda_worker_reports_what_the_analysis_reads(tmp_path, pooled, reg):
+    """The CUDA worker reads ahead only files that give no diagnostic (Source.read_quietly), so
+    a header that nvcc would reject is still reported once, by the TU analysis that reads it,
+    exactly as in-process; and the findings that depend on it are the same."""
+    tree = tmp_path / "verdicts"
+    shutil.copytree(FIXTURES / "verdicts", tree)
+    csrc = tree / "kernlib" / "data" / "csrc"
+    (csrc / "broken.hh").write_text("#pragma once\n#if defined(X)\nint x;\n")  # no #endif
+    (csrc / "blob.h").write_bytes(b"\x00\x01\x02" * 100)
+    norm = csrc / "norm.cu"
+    norm.write_text('#include "broken.hh"\n#include "blob.h"\n' + norm.read_text())
+    targets = [reg.parse("sm_120")]
+    base = _key(scan(tree, targets, workers=1))
+    got = _key(scan(tree, targets, workers=2))
+    assert got == base
+    kinds = {(d.path, d.kind) for d in got[1]}
+    assert ("kernlib/data/csrc/broken.hh", "unbalanced-conditional") in kinds
+    assert ("kernlib/data/csrc/blob.h", "binary-file") in kinds
+
+
+def test_read_quietly_leaves_no_trace(tmp_path):
+    from archaudit.sources import DirSource
+
+    (tmp_path / "bad.cuh").write_text("#if A\n")
+    (tmp_path / "ok.cuh").write_text("int x;\n")
+    s = DirSource(tmp_path)
+    assert s.read_quietly("bad.cuh") is None and s.read_quietly("missing.h") is None
+    assert s.diagnostics == [] and not s._seen and not s._screened
+    assert s.read_quietly("ok.cuh") == b"int x;\n"
+    assert s.read("bad.cuh") == b"#if A\n"
+    assert [d.kind for d in s.diagnostics] == ["unbalanced-conditional"]
+
+
+def test_cuda_warm_up_then_analysis_reports_in_the_analysis(tmp_path, reg):
+    """The worker's two steps in-process (no race with a stop): the warm-up extracts the named
+    sources and their includes without a diagnostic; the analysis that reads the bad header
+    reports it, in the delta the parent adopts."""
+    import threading
+
+    from archaudit import pipeline
+    from archaudit.judge import TuCache
+    from archaudit.sources import DirSource
+
+    tree = tmp_path / "verdicts"
+    shutil.copytree(FIXTURES / "verdicts", tree)
+    csrc = tree / "kernlib" / "data" / "csrc"
+    (csrc / "broken.hh").write_text("#pragma once\n#if defined(X)\nint x;\n")
+    norm = csrc / "norm.cu"
+    norm.write_text('#include "broken.hh"\n' + norm.read_text())
+    src = DirSource(tree)
+    files = src.files()
+    pipeline._CUDA["stop"] = threading.Event()
+    try:
+        assert pipeline._cuda_warm(src, files, [f for f in files if f.endswith(".py")]) >= 9
+        assert src.diagnostics == []
+        ct = reg.compile_target(reg.parse("sm_120"))
+        key, args = TuCache.request("kernlib/data/csrc/norm.cu", ct)
+        out, diags, _screened = pipeline._cuda_analyse(src, [(key, args)])
+    finally:
+        pipeline._CUDA.clear()
+    assert [k for k, _r in out] == [key]
+    assert [(d.path, d.kind) for d in diags] == [("kernlib/data/csrc/broken.hh", "unbalanced-conditional")]
+
+
+def test_cuda_warm_up_leaves_the_project_resolver_alone(tmp_path):
+    """Resolving an include can add a root to the resolver (a package's own cub/): the warm-up
+    resolves in its own order, so it must not touch the resolver the TU analyses use."""
+    import threading
+
+    from archaudit import pipeline
+    from archaudit.sources import DirSource
+
+    tree = tmp_path / "pkg"
+    (tree / "pkg" / "csrc").mkdir(parents=True)
+    (tree / "pkg" / "vendor" / "cub").mkdir(parents=True)
+    (tree / "pkg" / "vendor" / "cub" / "cub.cuh").write_text("#pragma once\n")
+    (tree / "pkg" / "csrc" / "k.cu").write_text("#include <cub/cub.cuh>\n__global__ void k() {}\n")
+    (tree / "pkg" / "jit.py").write_text('SOURCES = ["k.cu"]\n')
+    src = DirSource(tree)
+    files = src.files()
+    pipeline._CUDA["stop"] = threading.Event()
+    try:
+        assert pipeline._cuda_warm(src, files, ["pkg/jit.py"]) == 2  # k.cu and the cub header
+        roots = [r.path for r in pipeline._CUDA["project"].resolver.roots]
+    finally:
+        pipeline._CUDA.clear()
+    assert "pkg/vendor" not in roots
