@@ -327,6 +327,8 @@ def _adopt_reads(source: Source, diags: list[Diagnostic], screened: set[str]) ->
     source._screened |= screened
 
 
+# Whether the CUDA worker reads ahead while the Python gates are evaluated (see bench/results)
+CUDA_WARM_UP = os.environ.get("ARCHAUDIT_CUDA_WARM_UP", "1") != "0"
 # In the forked CUDA worker: its CudaProject (set by _cuda_warm, used by _cuda_analyse).
 _CUDA: dict = {}
 # JIT sources named in Python code ("norm.cu", csrc / "x.cpp"): the TUs the warm-up reads first
@@ -349,6 +351,8 @@ def _cuda_warm(source: Source, files: list[str], py_files: list[str]) -> int:
     reader = _Reader(source)
     project = CudaProject(reader, CudaProject.discover_include_roots(files, reader), files=files)
     _CUDA["project"] = project
+    if not CUDA_WARM_UP:
+        return 0
     named: set[bytes] = set()
     for p in py_files:
         if stop.is_set():
@@ -358,9 +362,7 @@ def _cuda_warm(source: Source, files: list[str], py_files: list[str]) -> int:
             named.update(m.rsplit(b"/", 1)[-1] for m in _NAMED_SOURCE.findall(data))
     todo = [f for f in files if f.endswith((".cu", ".cpp", ".cc", ".cxx"))
             and f.rsplit("/", 1)[-1].encode() in named]
-    # a resolver of its own: resolving adds include roots (a package's copy of cub/, thrust/),
-    # and the TU analyses must find the project's resolver as the in-process run leaves it
-    resolver = project.resolver.with_extra_roots([])
+    resolver = project.resolver.for_tu()  # the roots resolving adds stay its own
     seen = set(todo)
     done = 0
     while todo and not stop.is_set():

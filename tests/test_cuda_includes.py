@@ -105,3 +105,28 @@ def test_unique_basename_and_extra_roots(tmp_path):
     assert res.prediction == "unknown" and "dup.h" in res.reason  # two candidates: not guessed
     res = proj.analyse_tu("pkg/data/csrc/other/t.cu", t, extra_include_roots=["pkg/data/csrc/a"])
     assert "pkg/data/csrc/a/dup.h" in res.closure and res.prediction == "builds"
+
+
+def test_a_tu_resolves_the_same_whatever_was_analysed_before(tmp_path, reg):
+    """Resolving <cub/cub.cuh> adds the package directory that ships it as a root; a later TU
+    must not see that root (nvcc compiles each TU with its own -I list): TU b's <foo.h> is a
+    system header, whether or not TU a was analysed first."""
+    from archaudit.cuda.tu import CudaProject
+
+    (tmp_path / "pkg" / "vendor" / "cub").mkdir(parents=True)
+    (tmp_path / "pkg" / "vendor" / "cub" / "cub.cuh").write_text("#pragma once\n")
+    (tmp_path / "pkg" / "vendor" / "foo.h").write_text("#pragma once\n")
+    (tmp_path / "pkg" / "a.cu").write_text("#include <cub/cub.cuh>\n__global__ void a() {}\n")
+    (tmp_path / "pkg" / "b.cu").write_text("#include <foo.h>\n__global__ void b() {}\n")
+    ct = reg.compile_target(reg.parse("sm_120"))
+
+    def project():
+        return CudaProject(FsReader(str(tmp_path)), [], files=FsReader(str(tmp_path)).files())
+
+    alone = project().analyse_tu("pkg/b.cu", ct)
+    p = project()
+    a = p.analyse_tu("pkg/a.cu", ct)
+    after = p.analyse_tu("pkg/b.cu", ct)
+    assert a.closure == ["pkg/a.cu", "pkg/vendor/cub/cub.cuh"]
+    assert alone.closure == after.closure == ["pkg/b.cu"]
+    assert alone.to_json() == after.to_json()

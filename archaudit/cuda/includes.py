@@ -100,27 +100,41 @@ class Resolution:
 
 
 class IncludeResolver:
+    """Resolution of `#include`s against a list of roots. Resolving can add a root (a package's
+    own copy of a header tree, `_suffix_root`), so each TU is walked with its own resolver
+    (`for_tu`): what one TU's walk added must not change how another TU resolves, or a TU's
+    analysis would depend on which were analysed before it. Resolvers derived from one share
+    the file indexes and a cache keyed by their current roots."""
+
     def __init__(self, reader: Reader, roots: Iterable[IncludeRoot | str], files: Iterable[str] | None = None):
         self.reader = reader
         self.roots: list[IncludeRoot] = [as_root(r) for r in roots]
-        self._cache: dict[tuple[str, bool, str], Resolution] = {}
         self._files = list(files) if files is not None else None
-        self._suffix_index: dict[str, list[str]] | None = None
-        self._by_name: dict[str, list[str]] | None = None
+        # file indexes (built on first use) and {roots: {include: Resolution}}, shared when derived
+        self._shared: dict = {"suffix": None, "by_name": None, "caches": {}}
+        self._set_cache()
+
+    def _set_cache(self) -> None:
+        self._cache: dict[tuple, Resolution] = self._shared["caches"].setdefault(
+            tuple((r.path, r.vendored, r.origin) for r in self.roots), {})
 
     def with_extra_roots(self, extra: Iterable["IncludeRoot | str"]) -> "IncludeResolver":
-        """A resolver that searches `extra` first (a JIT module's extra include paths), sharing
-        this one's reader and file index."""
-        r = IncludeResolver(self.reader, [as_root(x) for x in extra] + self.roots, None)
-        r._files = self._files
-        r._suffix_index = self._suffix_index
-        r._by_name = self._by_name
+        """A resolver that searches `extra` first (a JIT module's extra include paths), then this
+        one's roots; roots it adds are its own. It shares this one's reader and indexes."""
+        r = IncludeResolver.__new__(IncludeResolver)
+        r.reader, r._files, r._shared = self.reader, self._files, self._shared
+        r.roots = [as_root(x) for x in extra] + self.roots
+        r._set_cache()
         return r
+
+    def for_tu(self, extra: Iterable["IncludeRoot | str"] | None = None) -> "IncludeResolver":
+        """The resolver one TU's walk uses (with a JIT module's extra include paths first)."""
+        return self.with_extra_roots(extra or ())
 
     def add_root(self, root: IncludeRoot) -> None:
         if all(r.path != root.path for r in self.roots):
             self.roots.append(root)
-            self._cache.clear()
+            self._set_cache()
 
     def resolve(self, spelled: str, angled: bool, includer: str, after_root: int | None = None) -> Resolution:
         """Resolve one `#include` (after_root: for `#include_next`, continue after that root)."""
@@ -128,8 +142,9 @@ class IncludeResolver:
         hit = self._cache.get(key)
         if hit is not None:
             return hit
+        cache = self._cache  # resolving may add a root: the answer belongs to the roots before
         res = self._resolve(spelled, angled, includer, after_root)
-        self._cache[key] = res
+        cache[key] = res
         return res
 
     def _resolve(self, spelled: str, angled: bool, includer: str, after_root: int | None) -> Resolution:
@@ -166,30 +181,30 @@ class IncludeResolver:
     def _unique_basename(self, spelled: str, includer: str) -> str | None:
         if self._files is None or "/" in spelled:
             return None
-        if self._by_name is None:
-            idx: dict[str, list[str]] = {}
+        by_name = self._shared["by_name"]
+        if by_name is None:
+            by_name = self._shared["by_name"] = {}
             for f in self._files:
-                idx.setdefault(posixpath.basename(f), []).append(f)
-            self._by_name = idx
+                by_name.setdefault(posixpath.basename(f), []).append(f)
         # only within the includer's top-level package, so one package never borrows another's file
         top = includer.split("/")[0]
-        cands = [f for f in self._by_name.get(spelled, ()) if f.split("/")[0] == top]
+        cands = [f for f in by_name.get(spelled, ()) if f.split("/")[0] == top]
         return cands[0] if len(cands) == 1 else None
 
     def _suffix_root(self, spelled: str) -> IncludeRoot | None:
         """The one directory D in the package such that D/spelled exists (multi-component names only)."""
         if self._files is None or "/" not in spelled:
             return None
-        if self._suffix_index is None:
-            idx: dict[str, list[str]] = {}
+        index = self._shared["suffix"]
+        if index is None:
+            index = self._shared["suffix"] = {}
             for f in self._files:
                 parts = f.split("/")
                 if len(parts) >= 2:
-                    idx.setdefault("/".join(parts[-2:]), []).append(f)
-            self._suffix_index = idx
+                    index.setdefault("/".join(parts[-2:]), []).append(f)
         tail2 = "/".join(spelled.split("/")[-2:])
         roots = set()
-        for f in self._suffix_index.get(tail2, ()):
+        for f in index.get(tail2, ()):
             if f.endswith("/" + spelled):
                 roots.add(f[: -len(spelled) - 1])
         if len(roots) != 1:

@@ -242,9 +242,11 @@ class CudaProject:
     def discover_include_roots(cls, files: Iterable[str], reader=None, within: str = "") -> list[IncludeRoot]:
         return _discover(files, reader, within)
 
-    def is_vendored(self, path: str) -> bool:
+    def is_vendored(self, path: str, resolver=None) -> bool:
+        """Is path in a bundled third-party tree, by the roots of `resolver` (a TU's; default
+        the project's)?"""
         best = None
-        for r in self.resolver.roots:
+        for r in (resolver or self.resolver).roots:
             if r.path and (path == r.path or path.startswith(r.path + "/")):
                 if best is None or len(r.path) > len(best.path):
                     best = r
@@ -299,7 +301,7 @@ class CudaProject:
                    extra_defines: dict[str, str | int] | None = None) -> tuple[PreprocResult, Preprocessor]:
         """The preprocessor walk of one TU: device pass for `target`, host pass for None."""
         pre, fn, arch = pass_macros(target)
-        resolver = self.resolver.with_extra_roots(extra_include_roots) if extra_include_roots else self.resolver
+        resolver = self.resolver.for_tu(extra_include_roots)
         defines = {**self.defines, **extra_defines} if extra_defines else self.defines
         pp = Preprocessor(resolver, self.program, pre, fn, defines,
                           target.name if target is not None else "host", arch, self._eval_cache)
@@ -510,7 +512,7 @@ def _judge(proj: CudaProject, relpath: str, target: CompileTarget, pr: PreprocRe
 
     for path, ff in facts.items():
         states = pr.states[path]
-        vendored = proj.is_vendored(path)
+        vendored = proj.is_vendored(path, pp.resolver)
         # inline PTX
         for a in ff.asm:
             st = states[a.region]
@@ -669,7 +671,7 @@ def _judge(proj: CudaProject, relpath: str, target: CompileTarget, pr: PreprocRe
     for spelled in dict.fromkeys(pr.unresolved_seen):
         unknowns.append(f"cannot resolve #include {spelled!r}")
     for d in res.diagnostics:
-        if d.kind == "asm-macro" and not proj.is_vendored(d.path):
+        if d.kind == "asm-macro" and not proj.is_vendored(d.path, pp.resolver):
             unknowns.append(d.message)
     for k in res.kernels:
         if k.status == "unknown":
