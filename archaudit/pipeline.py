@@ -227,7 +227,7 @@ def _scan(path, targets, reg, progress, cache, workers) -> ScanResult:
     # the C++ host-code checks need nothing from the Python side: another core reads them meanwhile
     rc_job = _RuntimeChecksJob.start(source, cpp_files) if workers > 1 else None
     # and another process prepares the CUDA side of the verdicts
-    cuda = CudaWorker.start(source, files, py_files) if workers > 1 and targets else None
+    cuda = CudaWorker.start(source, files, py_files) if workers > 1 and targets and cpp_files else None
     say(f"evaluating Python gates in {len(py_files)} files")
     try:
         gscan = run_with_big_stack(
@@ -335,7 +335,7 @@ _CUDA: dict = {}
 _NAMED_SOURCE = re.compile(rb"[\w.+-]+\.(?:cu|cpp|cc|cxx)\b")
 
 
-def _cuda_warm(source: Source, files: list[str], py_files: list[str]) -> int:
+def _cuda_warm(files: list[str], py_files: list[str]) -> int:
     """In the CUDA worker, while the parent evaluates the Python gates: build the same
     CudaProject judge_scan builds, and extract the facts of the C/C++ files the JIT modules
     are likely to compile (sources named in Python code, then their includes), until the
@@ -347,7 +347,7 @@ def _cuda_warm(source: Source, files: list[str], py_files: list[str]) -> int:
     from .cuda.tu import CudaProject
     from .parsing.screen import binary_problem
 
-    stop = _CUDA["stop"]
+    source, stop = _CUDA["source"], _CUDA["stop"]
     reader = _Reader(source)
     project = CudaProject(reader, CudaProject.discover_include_roots(files, reader), files=files)
     _CUDA["project"] = project
@@ -382,10 +382,10 @@ def _cuda_warm(source: Source, files: list[str], py_files: list[str]) -> int:
     return done
 
 
-def _cuda_analyse(source: Source, todo: list[tuple]):
-    """In the CUDA worker: analyse_tu for each (key, arguments), with the Source's new
-    diagnostics and screened files (as _runtime_checks_worker)."""
-    project = _CUDA["project"]
+def _cuda_analyse(todo: list[tuple]):
+    """In the CUDA worker: analyse_tu for each (key, arguments), with the new diagnostics and
+    screened files of the Source the project reads through (as _runtime_checks_worker)."""
+    source, project = _CUDA["source"], _CUDA["project"]
     n = len(source.diagnostics)
     screened = set(source._screened)
     out = run_with_big_stack(lambda: [(key, project.analyse_tu(*args)) for key, args in todo])
@@ -412,14 +412,20 @@ class CudaWorker:
         import pickle
         from concurrent.futures import ProcessPoolExecutor
 
-        if "fork" not in multiprocessing.get_all_start_methods():
+        from .sources import DirSource
+
+        # a directory only: a wheel's open zip file would be shared with the fork (one file offset)
+        if not isinstance(source, DirSource) or "fork" not in multiprocessing.get_all_start_methods():
             return None
         try:
             ctx = multiprocessing.get_context("fork")
-            stop = _CUDA["stop"] = ctx.Event()  # set before the worker is forked (at the first submit)
+            # inherited, not sent: set before the worker is forked (at the first submit); the
+            # worker's Source is the one its project reads through, task after task
+            _CUDA["source"] = source
+            stop = _CUDA["stop"] = ctx.Event()
             ex = ProcessPoolExecutor(max_workers=1, mp_context=ctx)
             w = cls(source, ex, stop)
-            w.futs.append(ex.submit(_cuda_warm, source, files, py_files))
+            w.futs.append(ex.submit(_cuda_warm, files, py_files))
             return w
         except (OSError, RuntimeError, pickle.PicklingError):
             return None
@@ -432,14 +438,12 @@ class CudaWorker:
             return
         self.sent.update(k for k, _a in todo)
         try:
-            self.futs.append(self.ex.submit(_cuda_analyse, self.source, todo))
+            self.futs.append(self.ex.submit(_cuda_analyse, todo))
         except RuntimeError:  # the worker is gone
             self.close()
 
     def collect(self, tus, say: Progress) -> None:
         """Wait for every analysis sent and install the results in `tus`."""
-        import pickle
-
         total, done = len(self.sent), 0
         try:
             for fut in self.futs[1:]:
@@ -449,8 +453,8 @@ class CudaWorker:
                 _adopt_reads(self.source, diags, screened)
                 done += len(results)
                 say("analysing CUDA translation units", done, total)
-        except (OSError, RuntimeError, pickle.PicklingError):
-            pass  # a lost worker: what is missing is analysed in-process
+        except Exception:  # noqa: BLE001 - a lost worker (killed, no memory): the rest is analysed in-process
+            pass
         finally:
             self.close()
 
@@ -459,6 +463,7 @@ class CudaWorker:
             self.stop.set()
             self.ex.shutdown(wait=True, cancel_futures=True)
             self.ex = None
+            _CUDA.clear()  # the worker has its own copy; this process keeps no Source alive
 
 
 class _RuntimeChecksJob:

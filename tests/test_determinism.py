@@ -209,16 +209,16 @@ def test_cuda_worker_reports_what_the_analysis_reads(tmp_path, pooled, reg):
     shutil.copytree(FIXTURES / "verdicts", tree)
     csrc = tree / "kernlib" / "data" / "csrc"
     (csrc / "broken.hh").write_text("#pragma once\n#if defined(X)\nint x;\n")  # no #endif
-    (csrc / "blob.h").write_bytes(b"\x00\x01\x02" * 100)
+    (csrc / "blob.hh").write_bytes(b"\x00\x01\x02" * 100)  # .hh: only the TU analysis reads it
     norm = csrc / "norm.cu"
-    norm.write_text('#include "broken.hh"\n#include "blob.h"\n' + norm.read_text())
+    norm.write_text('#include "broken.hh"\n#include "blob.hh"\n' + norm.read_text())
     targets = [reg.parse("sm_120")]
     base = _key(scan(tree, targets, workers=1))
     got = _key(scan(tree, targets, workers=2))
     assert got == base
     kinds = {(d.path, d.kind) for d in got[1]}
     assert ("kernlib/data/csrc/broken.hh", "unbalanced-conditional") in kinds
-    assert ("kernlib/data/csrc/blob.h", "binary-file") in kinds
+    assert ("kernlib/data/csrc/blob.hh", "binary-file") in kinds
 
 
 def test_read_quietly_leaves_no_trace(tmp_path):
@@ -252,13 +252,13 @@ def test_cuda_warm_up_then_analysis_reports_in_the_analysis(tmp_path, reg):
     norm.write_text('#include "broken.hh"\n' + norm.read_text())
     src = DirSource(tree)
     files = src.files()
-    pipeline._CUDA["stop"] = threading.Event()
+    pipeline._CUDA.update(source=src, stop=threading.Event())
     try:
-        assert pipeline._cuda_warm(src, files, [f for f in files if f.endswith(".py")]) >= 9
+        assert pipeline._cuda_warm(files, [f for f in files if f.endswith(".py")]) >= 9
         assert src.diagnostics == []
         ct = reg.compile_target(reg.parse("sm_120"))
         key, args = TuCache.request("kernlib/data/csrc/norm.cu", ct)
-        out, diags, _screened = pipeline._cuda_analyse(src, [(key, args)])
+        out, diags, _screened = pipeline._cuda_analyse([(key, args)])
     finally:
         pipeline._CUDA.clear()
     assert [k for k, _r in out] == [key]
@@ -281,9 +281,9 @@ def test_cuda_warm_up_leaves_the_project_resolver_alone(tmp_path):
     (tree / "pkg" / "jit.py").write_text('SOURCES = ["k.cu"]\n')
     src = DirSource(tree)
     files = src.files()
-    pipeline._CUDA["stop"] = threading.Event()
+    pipeline._CUDA.update(source=src, stop=threading.Event())
     try:
-        assert pipeline._cuda_warm(src, files, ["pkg/jit.py"]) == 2  # k.cu and the cub header
+        assert pipeline._cuda_warm(files, ["pkg/jit.py"]) == 2  # k.cu and the cub header
         roots = [r.path for r in pipeline._CUDA["project"].resolver.roots]
     finally:
         pipeline._CUDA.clear()
