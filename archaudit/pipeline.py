@@ -327,7 +327,7 @@ def _adopt_reads(source: Source, diags: list[Diagnostic], screened: set[str]) ->
     source._screened |= screened
 
 
-# Whether the CUDA worker reads ahead while the Python gates are evaluated (see bench/results)
+# ARCHAUDIT_CUDA_WARM_UP=0: the CUDA worker does not read ahead (to measure what it saves)
 CUDA_WARM_UP = os.environ.get("ARCHAUDIT_CUDA_WARM_UP", "1") != "0"
 # In the forked CUDA worker: its CudaProject (set by _cuda_warm, used by _cuda_analyse).
 _CUDA: dict = {}
@@ -342,6 +342,8 @@ def _cuda_warm(files: list[str], py_files: list[str]) -> int:
     parent sets the stop event (inherited: an Event cannot be pickled).
     Only files that read without a diagnostic are kept (Source.read_quietly): the others are
     read, and reported, by the TU analysis that needs them, as in-process."""
+    from collections import deque
+
     from .cuda import features as F
     from .cuda.preproc import OP_INCLUDE
     from .cuda.tu import CudaProject
@@ -360,13 +362,13 @@ def _cuda_warm(files: list[str], py_files: list[str]) -> int:
         data = source.read_quietly(p)
         if data is not None:
             named.update(m.rsplit(b"/", 1)[-1] for m in _NAMED_SOURCE.findall(data))
-    todo = [f for f in files if f.endswith((".cu", ".cpp", ".cc", ".cxx"))
-            and f.rsplit("/", 1)[-1].encode() in named]
+    todo = deque(f for f in files if f.endswith((".cu", ".cpp", ".cc", ".cxx"))
+                 and f.rsplit("/", 1)[-1].encode() in named)
     resolver = project.resolver.for_tu()  # the roots resolving adds stay its own
     seen = set(todo)
     done = 0
     while todo and not stop.is_set():
-        path = todo.pop(0)
+        path = todo.popleft()
         data = source.read_quietly(path)
         if data is None or binary_problem(data) is not None:
             continue
