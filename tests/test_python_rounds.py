@@ -24,6 +24,9 @@ from conftest import FIXTURES
     (b'f"{block_size=}"', True),
     (b'f"{block_size = !r}"', True),
     (b"block_size", True),
+    (b"def f(x: block_size = None):", True),  # an annotation
+    (b"x: block_size = make()", True),
+    (b"{k: block_size}", True),
 ])
 def test_is_use(text, use):
     p = text.index(b"block_size")

@@ -95,8 +95,14 @@ def _is_use(data: bytes, p: int, n: int) -> bool:
     """Can the identifier at data[p:p+n] read what the name is bound to? Not when it is the
     name of a `def`/`class` being defined, nor a target or keyword being bound (`name = ...`,
     `f(name=...)`, `def f(name=...)`; but f"{name=}" reads it): a function whose only occurrences of an
-    architecture-dependent name are those does not use it. (Annotated, augmented and walrus
-    bindings, `for name in`, imports, comments and strings all count as uses: conservative.)"""
+    architecture-dependent name are those does not use it. (Annotations, annotated, augmented
+    and walrus bindings, `for name in`, imports, comments and strings all count as uses:
+    conservative.)"""
+    j = p
+    while j > 0 and data[j - 1] in _SPACE:
+        j -= 1
+    if j > 0 and data[j - 1] == 58:  # after ":", an annotation (`x: name = None`) reads the name
+        return True
     q = p + n
     while q < len(data) and data[q] in _SPACE:
         q += 1
@@ -106,9 +112,6 @@ def _is_use(data: bytes, p: int, n: int) -> bool:
             r += 1
         # f"{name=}", f"{name=!r}", f"{name=:>8}" read the name
         return r < len(data) and data[r] in b"}!:"
-    j = p
-    while j > 0 and data[j - 1] in _SPACE:
-        j -= 1
     if j == p:
         return True
     for kw in (b"def", b"class"):
