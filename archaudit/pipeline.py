@@ -308,27 +308,36 @@ def _scan(path, targets, reg, progress, cache, workers) -> ScanResult:
     return result
 
 
+def _fork_pool(source: Source):
+    """A one-process pool forked from this one, or None. Fork only: the worker needs the Source
+    as it is (spawn would re-import a user's __main__); a directory only: a wheel's open zip
+    file would be shared with the fork (one file offset for two readers)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from .sources import DirSource
+
+    if not isinstance(source, DirSource) or "fork" not in multiprocessing.get_all_start_methods():
+        return None
+    try:
+        return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("fork"))
+    except (OSError, RuntimeError):
+        return None
+
+
+def _with_reads(source: Source, fn):
+    """In a worker: fn()'s value, with what reading told the Source meanwhile (Source.reads_since),
+    for the parent to record as its own."""
+    mark = source.read_mark()
+    value = fn()
+    return (value, *source.reads_since(mark))
+
+
 def _runtime_checks_worker(source: Source, cpp_files: list[str]):
-    """In a forked process: the checks, and what reading the files told the Source (its
-    diagnostics and screened files since the fork), for the parent to record as its own."""
-    n = len(source.diagnostics)
-    screened = set(source._screened)
-    gates = scan_runtime_checks(_Reader(source), cpp_files)
-    return gates, source.diagnostics[n:], source._screened - screened
+    """In a forked process: the checks, and what reading the files told the Source."""
+    return _with_reads(source, lambda: scan_runtime_checks(_Reader(source), cpp_files))
 
 
-def _adopt_reads(source: Source, diags: list[Diagnostic], screened: set[str]) -> None:
-    """Record what a worker's reading told its copy of the Source, as a read here would have
-    (diagnostics deduplicated)."""
-    for d in diags:
-        if d not in source._seen:
-            source._seen.add(d)
-            source.diagnostics.append(d)
-    source._screened |= screened
-
-
-# ARCHAUDIT_CUDA_WARM_UP=0: the CUDA worker does not read ahead (to measure what it saves)
-CUDA_WARM_UP = os.environ.get("ARCHAUDIT_CUDA_WARM_UP", "1") != "0"
 # In the forked CUDA worker: its CudaProject (set by _cuda_warm, used by _cuda_analyse).
 _CUDA: dict = {}
 # JIT sources named in Python code ("norm.cu", csrc / "x.cpp"): the TUs the warm-up reads first
@@ -353,8 +362,6 @@ def _cuda_warm(files: list[str], py_files: list[str]) -> int:
     reader = _Reader(source)
     project = CudaProject(reader, CudaProject.discover_include_roots(files, reader), files=files)
     _CUDA["project"] = project
-    if not CUDA_WARM_UP:
-        return 0
     named: set[bytes] = set()
     for p in py_files:
         if stop.is_set():
@@ -388,10 +395,8 @@ def _cuda_analyse(todo: list[tuple]):
     """In the CUDA worker: analyse_tu for each (key, arguments), with the new diagnostics and
     screened files of the Source the project reads through (as _runtime_checks_worker)."""
     source, project = _CUDA["source"], _CUDA["project"]
-    n = len(source.diagnostics)
-    screened = set(source._screened)
-    out = run_with_big_stack(lambda: [(key, project.analyse_tu(*args)) for key, args in todo])
-    return out, source.diagnostics[n:], source._screened - screened
+    return _with_reads(source, lambda: run_with_big_stack(
+        lambda: [(key, project.analyse_tu(*args)) for key, args in todo]))
 
 
 class CudaWorker:
@@ -412,24 +417,21 @@ class CudaWorker:
     def start(cls, source: Source, files: list[str], py_files: list[str]) -> "CudaWorker | None":
         import multiprocessing
         import pickle
-        from concurrent.futures import ProcessPoolExecutor
 
-        from .sources import DirSource
-
-        # a directory only: a wheel's open zip file would be shared with the fork (one file offset)
-        if not isinstance(source, DirSource) or "fork" not in multiprocessing.get_all_start_methods():
+        ex = _fork_pool(source)
+        if ex is None:
             return None
         try:
-            ctx = multiprocessing.get_context("fork")
             # inherited, not sent: set before the worker is forked (at the first submit); the
             # worker's Source is the one its project reads through, task after task
             _CUDA["source"] = source
-            stop = _CUDA["stop"] = ctx.Event()
-            ex = ProcessPoolExecutor(max_workers=1, mp_context=ctx)
+            stop = _CUDA["stop"] = multiprocessing.get_context("fork").Event()
             w = cls(source, ex, stop)
             w.futs.append(ex.submit(_cuda_warm, files, py_files))
             return w
         except (OSError, RuntimeError, pickle.PicklingError):
+            ex.shutdown(wait=False, cancel_futures=True)
+            _CUDA.clear()
             return None
 
     def send(self, wanted: dict) -> None:
@@ -452,7 +454,7 @@ class CudaWorker:
                 results, diags, screened = fut.result()
                 for key, r in results:
                     tus.install(key, r)
-                _adopt_reads(self.source, diags, screened)
+                self.source.adopt_reads(diags, screened)
                 done += len(results)
                 say("analysing CUDA translation units", done, total)
         except Exception:  # noqa: BLE001 - a lost worker (killed, no memory): the rest is analysed in-process
@@ -478,17 +480,15 @@ class _RuntimeChecksJob:
 
     @classmethod
     def start(cls, source: Source, cpp_files: list[str]) -> "_RuntimeChecksJob | None":
-        import multiprocessing
         import pickle
-        from concurrent.futures import ProcessPoolExecutor
 
-        # fork only: the worker needs the Source as it is (spawn would re-import a user's __main__)
-        if not cpp_files or "fork" not in multiprocessing.get_all_start_methods():
+        ex = _fork_pool(source) if cpp_files else None
+        if ex is None:
             return None
         try:
-            ex = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("fork"))
             return cls(source, ex, ex.submit(_runtime_checks_worker, source, cpp_files))
         except (OSError, RuntimeError, pickle.PicklingError):
+            ex.shutdown(wait=False, cancel_futures=True)
             return None
 
     def result(self) -> list[Gate] | None:
@@ -499,7 +499,7 @@ class _RuntimeChecksJob:
             return None
         finally:
             self.ex.shutdown(wait=True)
-        _adopt_reads(self.source, diags, screened)
+        self.source.adopt_reads(diags, screened)
         return gates
 
 

@@ -106,6 +106,23 @@ class Source:
             return None
         return data
 
+    def read_mark(self) -> tuple[int, frozenset]:
+        return len(self.diagnostics), frozenset(self._screened)
+
+    def reads_since(self, mark: tuple[int, frozenset]) -> tuple[list[Diagnostic], set[str]]:
+        """What reading told this Source since `mark` (a `read_mark()`): new diagnostics and
+        newly screened files, for a worker process to hand to its parent's `adopt_reads`."""
+        return self.diagnostics[mark[0]:], self._screened - mark[1]
+
+    def adopt_reads(self, diags: list[Diagnostic], screened: set[str]) -> None:
+        """Record what a worker's reads told its copy of this Source, as reading here would
+        have (each diagnostic once)."""
+        for d in diags:
+            if d not in self._seen:
+                self._seen.add(d)
+                self.diagnostics.append(d)
+        self._screened |= screened
+
     def _read_bytes(self, rel: str) -> bytes | None:
         raise NotImplementedError
 

@@ -121,12 +121,15 @@ def _is_use(data: bytes, p: int, n: int) -> bool:
     return True
 
 
-def uses_any(data: bytes, names, start: int = 0, end: int | None = None) -> bool:
-    """Does data[start:end] hold a use (`_is_use`) of one of the names as an identifier?"""
-    end = len(data) if end is None else end
-    for p, n in name_occurrences(data, names):
+def any_use(data: bytes, occ: list[tuple[int, int]], start: int, end: int) -> bool:
+    """Does data[start:end] hold a use (`_is_use`) of a name as an identifier? occ: the sorted
+    name_occurrences of those names in data."""
+    i = bisect_left(occ, (start, 0))
+    while i < len(occ) and occ[i][0] < end:
+        p, n = occ[i]
         if _ident_at(data, p, n, start, end) and _is_use(data, p, n):
             return True
+        i += 1
     return False
 
 
@@ -183,23 +186,21 @@ def find_python_gates(source: Source, index: Index, reg: Registry, package_of, p
         """occ: name_occurrences of the module (None when it names none of `names`)."""
         if mod_trig and triggers.search(data, start, end):
             return True
-        if not occ:
+        return bool(occ) and any_use(data, occ, start, end)
+
+    def uses_names(m: str) -> bool:
+        present = names_b.intersection(module_idents(m))
+        if not present:
             return False
-        i = bisect_left(occ, (start, 0))
-        while i < len(occ) and occ[i][0] < end:
-            p, n = occ[i]
-            if _ident_at(data, p, n, start, end) and _is_use(data, p, n):
-                return True
-            i += 1
-        return False
+        src = index.source_bytes(m)
+        return any_use(src, name_occurrences(src, present), 0, len(src))
 
     names_b: set[bytes] = set()
     while True:
         scan.rounds += 1
         new_rel = {
             m for m in modules
-            if m not in relevant and (module_trig(m) or (names_b and not names_b.isdisjoint(module_idents(m))
-                                                         and uses_any(index.source_bytes(m), names_b & module_idents(m))))
+            if m not in relevant and (module_trig(m) or (names_b and uses_names(m)))
         }
         redo = set(interp.invalidate(new_rel)) if new_rel and scan.rounds > 1 else set()
         relevant |= new_rel
