@@ -48,14 +48,65 @@ def _reported(monkeypatch):
 def test_functions_evaluated_and_gates(monkeypatch):
     reported, r = _reported(monkeypatch)
     assert [(g.path, g.line, g.function) for g in r.gates] == [
+        ("roundpkg/aliased.py", 5, "roundpkg.aliased.via_alias"),  # `block_size as bs`: bs() is a use
         ("roundpkg/arch.py", 7, "roundpkg.arch.block_size"),  # found only by its own name (round 2)
         ("roundpkg/arch.py", 13, "roundpkg.arch.launch"),
+        ("roundpkg/flags.py", 7, "roundpkg.flags.pick"),  # WIDE: a global nothing else reads
+        ("roundpkg/others.py", 5, "roundpkg.others.via_module"),  # arch.block_size: an attribute
+        ("roundpkg/starred.py", 5, "roundpkg.starred.starred"),  # a star import: any bare name may be it
         ("roundpkg/users.py", 5, "roundpkg.users.reads"),
     ]
-    # binds_only (a keyword) and Layer.other (a local of that name) do not use block_size;
-    # Layer.block_size shares the name, which is enough to be evaluated
+    # not evaluated: binds_only (a keyword) and Layer.other (a local of that name) do not use
+    # block_size; Layer.block_size only shares the name, in a module that does not define the
+    # function; others.py does not import the name, so its local of that name and a comment
+    # naming it are not uses (the code before this rule evaluated all of them, and not via_alias)
     assert sorted(reported) == [
+        ("roundpkg.aliased", "via_alias"),
         ("roundpkg.arch", "block_size"), ("roundpkg.arch", "launch"),
-        ("roundpkg.users", "Layer.block_size"), ("roundpkg.users", "formats"), ("roundpkg.users", "reads"),
+        ("roundpkg.flags", "pick"),
+        ("roundpkg.others", "by_string"), ("roundpkg.others", "via_module"),
+        ("roundpkg.starred", "starred"),
+        ("roundpkg.users", "formats"), ("roundpkg.users", "reads"),
     ]
-    assert r.stats["python_functions_evaluated"] == 5
+    assert r.stats["python_functions_evaluated"] == 9
+
+
+def test_a_global_computed_from_the_capability_carries_it_unread(monkeypatch):
+    """flags.WIDE is read only by pick(), which uses no other such name: the global is known to
+    depend on the GPU from the module's top-level run, not from a reader evaluated by chance."""
+    orig = G.Interp.report_module
+
+    def forget(self, modname):
+        orig(self, modname)
+        self.arch_module_globals.clear()
+
+    monkeypatch.setattr(G.Interp, "report_module", forget)
+    assert "roundpkg.flags.pick" not in {g.function for g in scan(FIXTURES / "pyrounds").gates}
+
+
+@pytest.mark.parametrize("text, names, aliases", [
+    (b"from a.b import c, d as e\nx = f\n", {b"c", b"d", b"as", b"e"}, {b"d": {b"e"}}),
+    (b"from a import (\n    c,  # see (x)\n    d as\n  k,\n)\ny = z\n", {b"c", b"see", b"x", b"d", b"as", b"k"}, {b"d": {b"k"}}),
+    (b"import a.b, \\\n    c\nq = r\n", {b"a", b"b", b"c"}, {}),
+    (b"import a.b, \\\r\n    c\r\nq = r\r\n", {b"a", b"b", b"c"}, {}),
+    (b"    from .m import k  # in a function\n", {b"k", b"in", b"a", b"function"}, {}),
+    (b"from m import *\n", None, None),
+    (b"x = important\n", set(), {}),
+])
+def test_module_imports(text, names, aliases):
+    got = G.module_imports(text)
+    assert got == (None if names is None else (frozenset(names), aliases))
+
+
+@pytest.mark.parametrize("text, qualified", [
+    (b"arch.block_size()", True),
+    (b"self.block_size", True),
+    (b"(x\n    .block_size)", True),
+    (b'getattr(o, "block_size")', True),
+    (b"getattr(o, 'block_size')", True),
+    (b"block_size()", False),
+    (b"# block_size", False),
+    (b"f(block_size)", False),
+])
+def test_qualified(text, qualified):
+    assert G._qualified(text, text.index(b"block_size")) is qualified

@@ -1,9 +1,15 @@
 """Find every Python gate: decision points whose outcome depends on the GPU architecture.
 
 Which files are evaluated is decided from their bytes: files that mention a capability query, a
-predicate, an arch list or nvcc target flags are evaluated first; then every file that mentions
-the name of a function or constant found to depend on the GPU is added, until nothing changes.
+predicate, an arch list or nvcc target flags are evaluated first; then every file that uses the
+name of a function or constant found to depend on the GPU is added, until nothing changes.
 Everything else is never parsed (unless the interpreter follows a call or import into it).
+
+A name defined in module M reaches another module only through an import of it, an attribute
+(`x.name`, `M.name`, `self.name`) or a string (`getattr(x, "name")`): elsewhere a bare `name` is
+some other binding, and a comment is nothing. Without this, generic method names (`forward`,
+`plan`, `resolve`) that carry a dependence in one class brought in every module that has a
+local of that name, and the rounds grew with the corpus rather than with its gates.
 """
 from __future__ import annotations
 
@@ -121,6 +127,64 @@ def _is_use(data: bytes, p: int, n: int) -> bool:
     return True
 
 
+def module_imports(data: bytes) -> tuple[frozenset, dict] | None:
+    """Every identifier in the text after each `import` keyword up to the end of its logical line
+    (a superset of the names the module imports, comments and strings included), and the aliases
+    each is imported as (`from m import name as alias`); None when the module may star-import
+    (then any bare name may have been imported)."""
+    out: set[bytes] = set()
+    aliases: dict[bytes, set[bytes]] = {}
+    for m in _IMPORT_KW.finditer(data):
+        i = j = m.end()
+        while j < len(data) and data[j] in _SPACE:
+            j += 1
+        if data[j:j + 1] == b"(":
+            e, depth = j, 0
+            while e < len(data):
+                depth += (data[e] == 40) - (data[e] == 41)  # ( )
+                if depth == 0:
+                    break
+                e += 1
+        else:
+            e = i
+            while True:
+                e = data.find(b"\n", e)
+                if e < 0 or data[e - 1:e] != b"\\" and data[e - 2:e] != b"\\\r":
+                    break
+                e += 1
+        seg = data[i:] if e < 0 else data[i:e]
+        if b"*" in seg:
+            return None
+        out.update(_IDENT.findall(seg))
+        for name, alias in _ALIAS.findall(seg):
+            aliases.setdefault(name, set()).add(alias)
+    return frozenset(out), aliases
+
+
+_IMPORT_KW = re.compile(rb"\bimport\b")
+_ALIAS = re.compile(rb"([A-Za-z_][A-Za-z0-9_]*)\s+as\s+([A-Za-z_][A-Za-z0-9_]*)")
+_QUALIFIERS = b".\"'"  # x.name, "name"
+_GAP = b" \t\r\n\\"
+
+
+def _qualified(data: bytes, p: int) -> bool:
+    """Is the identifier at p an attribute (`x.name`, `x .\\n name`) or the start of a string?"""
+    j = p
+    while j > 0 and data[j - 1] in _GAP:
+        j -= 1
+    return j > 0 and data[j - 1] in _QUALIFIERS
+
+
+def reaching_occurrences(data: bytes, present, bare) -> list[tuple[int, int]]:
+    """Sorted name_occurrences of `present` in data that can refer to its definition elsewhere:
+    all of those in `bare` (names defined in this module, or named in an import), only the
+    attributes and strings of the others."""
+    occ = name_occurrences(data, [n for n in present if n in bare])
+    occ += [o for o in name_occurrences(data, [n for n in present if n not in bare]) if _qualified(data, o[0])]
+    occ.sort()
+    return occ
+
+
 def any_use(data: bytes, occ: list[tuple[int, int]], start: int, end: int) -> bool:
     """Does data[start:end] hold a use (`_is_use`) of a name as an identifier? occ: the sorted
     name_occurrences of those names in data."""
@@ -188,14 +252,31 @@ def find_python_gates(source: Source, index: Index, reg: Registry, package_of, p
             return True
         return bool(occ) and any_use(data, occ, start, end)
 
+    imports: dict[str, tuple | None] = {}
+
+    def reaching(m: str, src: bytes, present: set[bytes]) -> list[tuple[int, int]]:
+        """reaching_occurrences of `present`, and of the aliases they are imported as, in module m
+        (its source src)."""
+        if m not in imports:
+            imports[m] = module_imports(src)
+        imp = imports[m]
+        if imp is None:
+            return reaching_occurrences(src, present, present)
+        imported, aliases = imp
+        bare = {n for n in present if n in imported or m in homes[n]}
+        alias = {a for n in present if n in aliases for a in aliases[n]}
+        return reaching_occurrences(src, present | alias, bare | alias)
+
     def uses_names(m: str) -> bool:
         present = names_b.intersection(module_idents(m))
         if not present:
             return False
         src = index.source_bytes(m)
-        return any_use(src, name_occurrences(src, present), 0, len(src))
+        return any_use(src, reaching(m, src, present), 0, len(src))
 
     names_b: set[bytes] = set()
+    # name -> the modules that define a function or global of that name found to depend on the GPU
+    homes: dict[bytes, set[str]] = {}
     while True:
         scan.rounds += 1
         new_rel = {
@@ -220,11 +301,13 @@ def find_python_gates(source: Source, index: Index, reg: Registry, package_of, p
             if not (mt or present):
                 continue
             src = index.source_bytes(modname)
-            occ = name_occurrences(src, present) if present else None
+            occ = reaching(modname, src, present) if present else None
             for qual, sb, eb in index.function_spans(modname):
-                # a function whose own name now carries an architecture dependence is evaluated
-                # for the tests inside it (its `def` line is not a use of the name, see _is_use)
-                if (modname, qual) not in reported and (qual.rsplit(".", 1)[-1] in names or matches(src, sb, eb, mt, occ)):
+                # a function whose own name now carries an architecture dependence here is
+                # evaluated for the tests inside it (its `def` line is not a use, see _is_use)
+                own = qual.rsplit(".", 1)[-1]
+                if (modname, qual) not in reported and (
+                        (own in names and modname in homes[own.encode()]) or matches(src, sb, eb, mt, occ)):
                     todo.append((modname, qual))
         for i, (modname, qual) in enumerate(todo):
             if progress and i % 50 == 0:
@@ -241,12 +324,14 @@ def find_python_gates(source: Source, index: Index, reg: Registry, package_of, p
                 if node is not None:
                     interp.report_function(mod, qual, node)
         # names that now carry an architecture dependence: their users may be gates too
-        found = {f.rsplit(".", 1)[-1] for f in interp.arch_functions} | _arch_globals(interp)
-        new = {n for n in found - names if len(n) > 3 and n.isidentifier() and not n.startswith("__")}
+        found = _arch_definitions(interp)
+        new = {n for n, _m in found if n not in names and len(n) > 3 and n.isidentifier() and not n.startswith("__")}
         if not new or scan.rounds >= 8:
             break
         names |= new
         names_b = {n.encode() for n in names}
+        for n, m in found:
+            homes.setdefault(n.encode(), set()).add(m)
     scan.evaluated_modules = len(relevant)
     scan.evaluated_functions = sum(1 for _m, q in reported if q is not None)
     scan.parsed_modules = index.parsed_count
@@ -260,7 +345,8 @@ def find_python_gates(source: Source, index: Index, reg: Registry, package_of, p
 def cutoff_view(data: bytes, names: frozenset) -> tuple | None:
     """Everything find_python_gates can learn from one file's bytes when it searches for
     `names`: decoding verdict, IR with positions, parse errors, and the module- and function-
-    level prefilter answers. Two byte strings with equal views give the same scan. Also returns
+    level prefilter answers (which names, and aliases of them, have a use, which have one as an
+    attribute or string, which are imported). Two byte strings with equal views give the same scan. Also returns
     the end of the last top-level statement (gate texts are sliced before it). None: unknown."""
     why = decode_check(data)
     if why is not None:
@@ -276,11 +362,20 @@ def cutoff_view(data: bytes, names: frozenset) -> tuple | None:
     _collect_defs(parsed.body, "", info)
     trig = trigger_pattern()
     nb = {n.encode() for n in names}
-    funcs = tuple(
-        (q, trig.search(data, n.sb, n.eb) is not None, tuple(sorted(nb.intersection(_IDENT.findall(data, n.sb, n.eb)))))
-        for q, n in info.functions.items()
-    )
-    view = (ir, trig.search(data) is not None, tuple(sorted(nb.intersection(_IDENT.findall(data)))), funcs)
+    imp = module_imports(data)
+    aliases = () if imp is None else tuple(sorted((n, tuple(sorted(a))) for n, a in imp[1].items() if n in nb))
+    occ = {n: name_occurrences(data, [n]) for n in sorted(nb.union(*(a for _n, a in aliases))) if n in data}
+    qual = {n: [o for o in v if _qualified(data, o[0])] for n, v in occ.items()}
+
+    def uses(start: int, end: int) -> tuple:
+        """The names with a use in data[start:end], and those with one as an attribute or string
+        (which of them reach the scan depends on imports and on where a name is defined)."""
+        return (tuple(n for n, v in occ.items() if any_use(data, v, start, end)),
+                tuple(n for n, v in qual.items() if any_use(data, v, start, end)))
+
+    funcs = tuple((q, trig.search(data, n.sb, n.eb) is not None, uses(n.sb, n.eb)) for q, n in info.functions.items())
+    view = (ir, trig.search(data) is not None, tuple(sorted(nb.intersection(_IDENT.findall(data)))), uses(0, len(data)),
+            None if imp is None else (tuple(sorted(nb & imp[0])), aliases), funcs)
     end = max((st.eb for st in parsed.body), default=0)
     return view, end
 
@@ -289,12 +384,15 @@ def _owner_key(o: tuple[str, str | None]) -> tuple[str, str]:
     return (o[0], o[1] or "")
 
 
-def _arch_globals(interp: Interp) -> set[str]:
-    out = set()
+def _arch_definitions(interp: Interp) -> set[tuple[str, str]]:
+    """(name, module) of every function and module global found to depend on the GPU."""
+    out = {(full.rsplit(".", 1)[-1], mod) for full, mod in interp.arch_functions.items()}
     for (modname, name), (v, _via, _sh) in interp._gv.items():
         if interp.arch_dependent(v):
-            out.add(name)
+            out.add((name, modname))
+    out.update((name, modname) for modname, names in interp.arch_module_globals.items() for name in names)
     return out
+
 
 
 def _to_gates(records: list[GateRecord], package_of) -> list[Gate]:

@@ -190,7 +190,9 @@ class Interp:
         self._depth = 0
         self.gates: list[GateRecord] = []
         self._reported_owners: set = set()
-        self.arch_functions: set[str] = set()  # functions whose result depends on the GPU
+        # functions whose result depends on the GPU: full name -> module
+        self.arch_functions: dict[str, str] = {}
+        self.arch_module_globals: dict[str, set[str]] = {}  # module -> its globals found to depend on the GPU
         self._cap_tuple = self.dom.per([(g.major, g.minor) for g in self.gpus])
         self._cap_sm = self.dom.per([g.cc for g in self.gpus])
         self._cap_major = self.dom.per([g.major for g in self.gpus])
@@ -330,6 +332,10 @@ class Interp:
             return
         frame = Frame(mod, {}, self.ALL, modname, None, report=True, is_module=True)
         self._reporting((modname, None), lambda: self._exec_block(mod.parsed.body, frame))
+        # the globals this run found to depend on the GPU, whether or not anything reads them
+        # (global_value computes a global only when something evaluated reads it)
+        self.arch_module_globals[modname] = {
+            n for n, v in frame.env.items() if isinstance(v, AV) and self.arch_dependent(v)}
 
     def _reporting(self, owner: tuple[str, str | None], run) -> None:
         # a report that is redone replaces its gates (filter only then: the list is long)
@@ -1274,7 +1280,7 @@ class Interp:
             self._shallow_stack[-1].update(sh)
         via = frozenset()
         if self.arch_dependent(av):
-            self.arch_functions.add(f.fullname)
+            self.arch_functions[f.fullname] = f.module
             via = frozenset(inner | {f"inferred {f.fullname}"})
             self._note_all(via)
         self._memo[key] = (av, via, sh)
@@ -1326,7 +1332,7 @@ class Interp:
             # a function whose result depends on the GPU is a predicate even if nothing analysed
             # so far calls it: its callers' tests are gates (found in the next round)
             if self.arch_dependent(self._run_function(mod, f, node, args, {}, report=True)):
-                self.arch_functions.add(f.fullname)
+                self.arch_functions[f.fullname] = f.module
 
         self._reporting((mod.name, qual), run)
 
