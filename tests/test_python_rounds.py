@@ -110,3 +110,29 @@ def test_module_imports(text, names, aliases):
 ])
 def test_qualified(text, qualified):
     assert G._qualified(text, text.index(b"block_size")) is qualified
+
+
+def test_cache_cutoff_sees_a_comment_become_a_use(tmp_path):
+    """quiet.py names block_size only as a parameter. A comment appended to it with words it
+    already has, `# obj.block_size`, is a use (an attribute): the module becomes relevant, so the
+    early cutoff must not reuse the previous result (a view of which names occur where, not of
+    which occurrences are uses, would)."""
+    import os
+    import shutil
+    import time
+
+    from archaudit.cache import Cache
+
+    tree = tmp_path / "tree"
+    shutil.copytree(FIXTURES / "pyrounds", tree)
+    t = time.time() - 10
+    for d, _, fs in os.walk(tree):
+        for f in fs:
+            os.utime(os.path.join(d, f), (t, t))
+    c = tmp_path / "c"
+    assert scan(tree, cache=Cache(c)).stats["python_modules_evaluated"] == 6
+    f = tree / "roundpkg" / "quiet.py"
+    f.write_bytes(f.read_bytes() + b"# obj.block_size\n")
+    r = scan(tree, cache=Cache(c))
+    assert r.cache["mode"] == "miss"
+    assert r.stats["python_modules_evaluated"] == 7 == scan(tree).stats["python_modules_evaluated"]

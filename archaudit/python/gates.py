@@ -5,9 +5,9 @@ predicate, an arch list or nvcc target flags are evaluated first; then every fil
 name of a function or constant found to depend on the GPU is added, until nothing changes.
 Everything else is never parsed (unless the interpreter follows a call or import into it).
 
-A name defined in module M reaches another module only through an import of it, an attribute
-(`x.name`, `M.name`, `self.name`) or a string (`getattr(x, "name")`): elsewhere a bare `name` is
-some other binding, and a comment is nothing. Without this, generic method names (`forward`,
+A name defined in module M reaches another module only through an import of it (or the alias it
+is imported as), a star import, an attribute (`x.name`, `M.name`, `self.name`) or a string
+(`getattr(x, "name")`): elsewhere a bare `name` is some other binding, and a comment is nothing. Without this, generic method names (`forward`,
 `plan`, `resolve`) that carry a dependence in one class brought in every module that has a
 local of that name, and the rounds grew with the corpus rather than with its gates.
 """
@@ -346,8 +346,9 @@ def cutoff_view(data: bytes, names: frozenset) -> tuple | None:
     """Everything find_python_gates can learn from one file's bytes when it searches for
     `names`: decoding verdict, IR with positions, parse errors, and the module- and function-
     level prefilter answers (which names, and aliases of them, have a use, which have one as an
-    attribute or string, which are imported). Two byte strings with equal views give the same scan. Also returns
-    the end of the last top-level statement (gate texts are sliced before it). None: unknown."""
+    attribute or string, which are imported). Two byte strings with equal views give the same
+    scan. Also returns the end of the last top-level statement (gate texts are sliced before
+    it). None: unknown."""
     why = decode_check(data)
     if why is not None:
         return ("undecodable", why), 0
@@ -392,7 +393,6 @@ def _arch_definitions(interp: Interp) -> set[tuple[str, str]]:
             out.add((name, modname))
     out.update((name, modname) for modname, names in interp.arch_module_globals.items() for name in names)
     return out
-
 
 
 def _to_gates(records: list[GateRecord], package_of) -> list[Gate]:
