@@ -277,6 +277,7 @@ def _scan(path, targets, reg, progress, cache, workers) -> ScanResult:
         "python_files": len(py_files),
         "python_modules_parsed": gscan.parsed_modules,
         "python_modules_evaluated": gscan.evaluated_modules,
+        "python_bytes_evaluated": gscan.evaluated_bytes,
         "python_functions_evaluated": gscan.evaluated_functions,
         "gate_rounds": gscan.rounds,
         "findings": len(findings),

@@ -222,7 +222,13 @@ def main() -> int:
             root = corpus.site_packages(name)
             runs = [run_measured(scan_cmd(root, work / f"scale-{name}.json", "--no-cache"), env_for(work / "x"))
                     for _ in range(args.scaling_repeat)]
+            out = work / f"scale-{name}.json"
+            stats = json.loads(out.read_text()).get("stats", {}) if out.is_file() else {}
             scaling.append({"corpus": name, "packages": corpus.CORPORA[name], **prefilter_bytes(root),
+                            # what the gate rounds evaluated in the end (the first round's prefilter
+                            # passes fewer: later rounds add the modules that use a name found)
+                            "evaluated_bytes": stats.get("python_bytes_evaluated"),
+                            "evaluated_modules": stats.get("python_modules_evaluated"),
                             "floor": summary([run_measured(floor_cmd(rg, root))]), "cold": summary(runs)})
             print(f"scaling {name}: {scaling[-1]['cold']['median_wall_s']} s", file=sys.stderr)
         result["scaling"] = scaling
@@ -262,11 +268,16 @@ def render(r: dict) -> str:
            + f" ({f['identical']['gates']} gates, {f['identical'].get('findings', '?')} findings)", ""]
     if r.get("scaling"):
         out += ["## Scaling (cold, --no-cache)", "",
-                "| corpus | Python MB | prefilter MB | cold wall s | CPU s | RSS MB | floor s | load |",
-                "|---|---|---|---|---|---|---|---|"]
+                "| corpus | Python MB | prefilter MB | evaluated MB (modules) | cold wall s | s per prefilter MB "
+                "| s per evaluated MB | CPU s | RSS MB | floor s | load |",
+                "|---|---|---|---|---|---|---|---|---|---|---|"]
         for s in r["scaling"]:
+            wall, ev = s["cold"]["median_wall_s"], s.get("evaluated_bytes")
+            evaluated = f"{ev / 1e6:.1f} ({s['evaluated_modules']})" if ev else "-"
+            per_ev = f"{wall / (ev / 1e6):.2f}" if ev else "-"
             out.append(f"| {' + '.join(s['packages'])} | {s['python_bytes'] / 1e6:.1f} | {s['prefilter_bytes'] / 1e6:.1f} | "
-                       f"{s['cold']['median_wall_s']} | {s['cold']['median_cpu_s']} | {s['cold']['median_rss_mb']} | "
+                       f"{evaluated} | {wall} | {wall / (s['prefilter_bytes'] / 1e6):.2f} | {per_ev} | "
+                       f"{s['cold']['median_cpu_s']} | {s['cold']['median_rss_mb']} | "
                        f"{s['floor']['median_wall_s']} | {s['cold']['median_load1']} |")
         out.append("")
     return "\n".join(out) + "\n"

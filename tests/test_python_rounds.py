@@ -136,3 +136,13 @@ def test_cache_cutoff_sees_a_comment_become_a_use(tmp_path):
     r = scan(tree, cache=Cache(c))
     assert r.cache["mode"] == "miss"
     assert r.stats["python_modules_evaluated"] == 7 == scan(tree).stats["python_modules_evaluated"]
+
+
+def test_a_uniform_unknown_term_does_not_hide_the_gate():
+    """fixtures/pyunknown: `cap != (10, 3) or not _fast_available()`, where _fast_available()
+    is `False or unknown` on every GPU (a call into a module not evaluated). Reading that term
+    without its unknown makes the test True everywhere; it is a gate that only sm_103 passes."""
+    r = scan(FIXTURES / "pyunknown")
+    assert [(g.path, g.line, g.region, sorted(g.admits)) for g in r.gates] == [
+        ("unkpkg/fast.py", 13, "after-early-exit", ["sm_103"]),
+    ]

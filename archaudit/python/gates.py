@@ -21,6 +21,7 @@ from functools import lru_cache
 
 from ..model import Gate
 from ..ruledata import load_rule
+from ..scancache import split_trailer
 from ..sources import Source
 from ..targets import Registry
 from .index import WORD, Index, ModuleInfo, _collect_defs, decode_check
@@ -201,6 +202,9 @@ def any_use(data: bytes, occ: list[tuple[int, int]], start: int, end: int) -> bo
 class GateScan:
     gates: list[Gate] = field(default_factory=list)
     evaluated_modules: int = 0
+    # bytes of the evaluated modules up to their last line of code (a trailing comment, which
+    # the cache's early cutoff may accept, does not change it)
+    evaluated_bytes: int = 0
     evaluated_functions: int = 0
     parsed_modules: int = 0
     rounds: int = 0
@@ -333,6 +337,7 @@ def find_python_gates(source: Source, index: Index, reg: Registry, package_of, p
         for n, m in found:
             homes.setdefault(n.encode(), set()).add(m)
     scan.evaluated_modules = len(relevant)
+    scan.evaluated_bytes = sum(split_trailer(index.source_bytes(m)) for m in relevant)
     scan.evaluated_functions = sum(1 for _m, q in reported if q is not None)
     scan.parsed_modules = index.parsed_count
     scan.predicates = sorted(interp.arch_functions)

@@ -695,7 +695,17 @@ class Interp:
             # `x.backend is None and model in ARCHS and (is_sm90() or is_sm100()) and n > 1`: the
             # value sets of the whole lose which GPUs the architecture term rules out once unknown
             # terms surround it; three-valued logic over the terms keeps it
-            truth = self._kleene(test, fr, reach)
+            leaves: dict = {}
+            truth = self._kleene(test, fr, reach, leaves)
+            if len(set(truth)) <= 1 and not has_unres(av):
+                # Each term above is read without the unknowns that are the same on every GPU,
+                # so `False or unknown` (`except ImportError: return False` beside a call into
+                # a module not evaluated) reads as False, which can hide the architecture term
+                # beside it. Read such terms as unknown too: a test is a gate if either reading
+                # shows that it depends on the GPU.
+                kept = self._kleene(test, fr, reach, leaves, keep_uniform=True)
+                if len(set(kept)) > 1:
+                    truth = kept
         if reach and (has_unres(av) or len(set(truth)) > 1):
             # the GPUs on which the outcome is certain (before the reading below)
             decided = frozenset(self.gpus[i].name for i, (t, f) in zip(reach, truth) if t != f)
@@ -716,17 +726,26 @@ class Interp:
                          extra={"decided": decided})
         return av
 
-    def _kleene(self, test: N, fr: Frame, reach: list[int]) -> list[tuple[bool, bool]]:
-        """(may be true, may be false) per reachable GPU, combining the terms of and/or/not."""
+    def _kleene(self, test: N, fr: Frame, reach: list[int], leaves: dict,
+                keep_uniform: bool = False) -> list[tuple[bool, bool]]:
+        """(may be true, may be false) per reachable GPU, combining the terms of and/or/not.
+        leaves: each term's value, by node id (evaluated once for both readings). keep_uniform:
+        a term whose value is the same on every GPU keeps its unknowns."""
         if test.k == "not":
-            return [(f, t) for t, f in self._kleene(test.f["value"], fr, reach)]
+            return [(f, t) for t, f in self._kleene(test.f["value"], fr, reach, leaves, keep_uniform)]
         if test.k == "boolop":
-            left = self._kleene(test.f["left"], fr, reach)
-            right = self._kleene(test.f["right"], fr, reach)
+            left = self._kleene(test.f["left"], fr, reach, leaves, keep_uniform)
+            right = self._kleene(test.f["right"], fr, reach, leaves, keep_uniform)
             if test.f["op"] == "or":
                 return [(lt or rt, lf and rf) for (lt, lf), (rt, rf) in zip(left, right)]
             return [(lt and rt, lf or rf) for (lt, lf), (rt, rf) in zip(left, right)]
-        return [(may_true(x), may_false(x)) for x in informative_sets(self.eval(test, fr), reach)]
+        av = leaves.get(id(test))
+        if av is None:
+            av = leaves[id(test)] = self.eval(test, fr)
+        sets = [av.sets[i] for i in reach]
+        if not (keep_uniform and len(set(sets)) == 1):
+            sets = informative_sets(av, reach)
+        return [(may_true(x), may_false(x)) for x in sets]
 
     def _classify(self, test: N, fr: Frame) -> str:
         atoms = []
