@@ -86,7 +86,8 @@ def test_a_global_computed_from_the_capability_carries_it_unread(monkeypatch):
 
 @pytest.mark.parametrize("text, names, aliases", [
     (b"from a.b import c, d as e\nx = f\n", {b"c", b"d", b"as", b"e"}, {b"d": {b"e"}}),
-    (b"from a import (\n    c,  # see (x)\n    d as\n  k,\n)\ny = z\n", {b"c", b"see", b"x", b"d", b"as", b"k"}, {b"d": {b"k"}}),
+    (b"from a import (\n    c,  # see (x)\n    d as\n  k,\n)\ny = z\n",
+     {b"c", b"see", b"x", b"d", b"as", b"k"}, {b"d": {b"k"}}),
     (b"import a.b, \\\n    c\nq = r\n", {b"a", b"b", b"c"}, {}),
     (b"import a.b, \\\r\n    c\r\nq = r\r\n", {b"a", b"b", b"c"}, {}),
     (b"    from .m import k  # in a function\n", {b"k", b"in", b"a", b"function"}, {}),

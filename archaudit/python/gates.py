@@ -7,9 +7,10 @@ Everything else is never parsed (unless the interpreter follows a call or import
 
 A name defined in module M reaches another module only through an import of it (or the alias it
 is imported as), a star import, an attribute (`x.name`, `M.name`, `self.name`) or a string
-(`getattr(x, "name")`): elsewhere a bare `name` is some other binding, and a comment is nothing. Without this, generic method names (`forward`,
-`plan`, `resolve`) that carry a dependence in one class brought in every module that has a
-local of that name, and the rounds grew with the corpus rather than with its gates.
+(`getattr(x, "name")`): elsewhere a bare `name` is some other binding, and a comment is
+nothing. Without this, generic method names (`forward`, `plan`, `resolve`) that carry a
+dependence in one class brought in every module that has a local of that name, and the rounds
+grew with the corpus rather than with its gates.
 """
 from __future__ import annotations
 
