@@ -1,7 +1,14 @@
 """Which functions the gate scan evaluates once a name carries an architecture dependence
-(fixtures/pyrounds): uses of the name count, definitions and bindings of it do not."""
+(fixtures/pyrounds): uses of the name count, definitions and bindings of it do not, and a name
+reaches another module only through an import, an attribute or a string. Also the second
+reading of a gate test with GPU-independent unknowns kept (fixtures/pyunknown)."""
+import os
+import shutil
+import time
+
 import pytest
 
+from archaudit.cache import Cache
 from archaudit.pipeline import scan
 from archaudit.python import gates as G
 
@@ -118,12 +125,6 @@ def test_cache_cutoff_sees_a_comment_become_a_use(tmp_path):
     already has, `# obj.block_size`, is a use (an attribute): the module becomes relevant, so the
     early cutoff must not reuse the previous result (a view of which names occur where, not of
     which occurrences are uses, would)."""
-    import os
-    import shutil
-    import time
-
-    from archaudit.cache import Cache
-
     tree = tmp_path / "tree"
     shutil.copytree(FIXTURES / "pyrounds", tree)
     t = time.time() - 10
