@@ -252,38 +252,49 @@ def find_python_gates(source: Source, index: Index, reg: Registry, package_of, p
         return v
 
     def matches(data: bytes, start: int, end: int, mod_trig: bool, occ: list[tuple[int, int]] | None) -> bool:
-        """occ: name_occurrences of the module (None when it names none of `names`)."""
+        """occ: reaching() of the module."""
         if mod_trig and triggers.search(data, start, end):
             return True
         return bool(occ) and any_use(data, occ, start, end)
 
     imports: dict[str, tuple | None] = {}
+    round_occ: dict[str, list | None] = {}  # reaching() this round (names change between rounds)
 
-    def reaching(m: str, src: bytes, present: set[bytes]) -> list[tuple[int, int]]:
-        """reaching_occurrences of `present`, and of the aliases they are imported as, in module m
-        (its source src)."""
-        if m not in imports:
-            imports[m] = module_imports(src)
-        imp = imports[m]
-        if imp is None:
-            return reaching_occurrences(src, present, present)
-        imported, aliases = imp
-        bare = {n for n in present if n in imported or m in homes[n]}
-        alias = {a for n in present if n in aliases for a in aliases[n]}
-        return reaching_occurrences(src, present | alias, bare | alias)
+    def reaching(m: str) -> list[tuple[int, int]] | None:
+        """reaching_occurrences in module m of the names it holds, and of the aliases they are
+        imported as; None when it names none of `names`."""
+        if m in round_occ:
+            return round_occ[m]
+        present = names_b.intersection(module_idents(m)) if names_b else None
+        occ = None
+        if present:
+            src = index.source_bytes(m)
+            if m not in imports:
+                imports[m] = module_imports(src)
+            imp = imports[m]
+            if imp is None:
+                occ = reaching_occurrences(src, present, present)
+            else:
+                imported, aliases = imp
+                bare = {n for n in present if n in imported or m in homes[n]}
+                alias = {a for n in present if n in aliases for a in aliases[n]}
+                occ = reaching_occurrences(src, present | alias, bare | alias)
+        round_occ[m] = occ
+        return occ
 
     def uses_names(m: str) -> bool:
-        present = names_b.intersection(module_idents(m))
-        if not present:
+        occ = reaching(m)
+        if not occ:
             return False
         src = index.source_bytes(m)
-        return any_use(src, reaching(m, src, present), 0, len(src))
+        return any_use(src, occ, 0, len(src))
 
     names_b: set[bytes] = set()
     # name -> the modules that define a function or global of that name found to depend on the GPU
     homes: dict[bytes, set[str]] = {}
     while True:
         scan.rounds += 1
+        round_occ.clear()
         new_rel = {
             m for m in modules
             if m not in relevant and (module_trig(m) or (names_b and uses_names(m)))
@@ -302,11 +313,11 @@ def find_python_gates(source: Source, index: Index, reg: Registry, package_of, p
             if modname in new_rel:
                 todo.append((modname, None))
             mt = module_trig(modname)
-            present = names_b.intersection(module_idents(modname)) if names_b else None
-            if not (mt or present):
+            # a module where a name carries the dependence holds its `def`: occ is not empty
+            occ = reaching(modname)
+            if not (mt or occ):
                 continue
             src = index.source_bytes(modname)
-            occ = reaching(modname, src, present) if present else None
             for qual, sb, eb in index.function_spans(modname):
                 # a function whose own name now carries an architecture dependence here is
                 # evaluated for the tests inside it (its `def` line is not a use, see _is_use)
