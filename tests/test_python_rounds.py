@@ -1,6 +1,7 @@
 """Which functions the gate scan evaluates once a name carries an architecture dependence
 (fixtures/pyrounds): uses of the name count, definitions and bindings of it do not, and a name
-reaches another module only through an import, an attribute or a string. Also the second
+reaches another module only through an import, an attribute or a string, and not through an
+attribute of a package outside the scan (receiver_roots, receiver_chain). Also the second
 reading of a gate test with GPU-independent unknowns kept (fixtures/pyunknown)."""
 import os
 import shutil
@@ -60,22 +61,26 @@ def test_functions_evaluated_and_gates(monkeypatch):
         ("roundpkg/arch.py", 13, "roundpkg.arch.launch"),
         ("roundpkg/flags.py", 7, "roundpkg.flags.pick"),  # WIDE: a global nothing else reads
         ("roundpkg/others.py", 5, "roundpkg.others.via_module"),  # arch.block_size: an attribute
+        ("roundpkg/rebound.py", 8, "roundpkg.rebound.rebinds"),  # its receiver is not only an import
         ("roundpkg/starred.py", 5, "roundpkg.starred.starred"),  # a star import: any bare name may be it
         ("roundpkg/users.py", 5, "roundpkg.users.reads"),
     ]
     # not evaluated: binds_only (a keyword) and Layer.other (a local of that name) do not use
     # block_size; Layer.block_size only shares the name, in a module that does not define the
     # function; others.py does not import the name, so its local of that name and a comment
-    # naming it are not uses (the code before this rule evaluated all of them, and not via_alias)
+    # naming it are not uses (the code before this rule evaluated all of them, and not via_alias);
+    # outside.py's attributes have receivers bound to packages outside the scan (unittest,
+    # cutlass), so they are no uses either
     assert sorted(reported) == [
         ("roundpkg.aliased", "via_alias"),
         ("roundpkg.arch", "block_size"), ("roundpkg.arch", "launch"),
         ("roundpkg.flags", "pick"),
         ("roundpkg.others", "by_string"), ("roundpkg.others", "via_module"),
+        ("roundpkg.rebound", "rebinds"),
         ("roundpkg.starred", "starred"),
         ("roundpkg.users", "formats"), ("roundpkg.users", "reads"),
     ]
-    assert r.stats["python_functions_evaluated"] == 9
+    assert r.stats["python_functions_evaluated"] == 10
 
 
 def test_a_global_computed_from_the_capability_carries_it_unread(monkeypatch):
@@ -120,6 +125,50 @@ def test_qualified(text, qualified):
     assert G._qualified(text, text.index(b"block_size")) is qualified
 
 
+@pytest.mark.parametrize("text, roots", [
+    (b"import unittest\nunittest.main()\n", {b"unittest": {b"unittest"}}),
+    (b"import a.b.c\nimport d.e as f\nfrom g.h import (i,  # (see)\n  j as k)\n",
+     {b"a": {b"a"}, b"f": {b"d"}, b"i": {b"g"}, b"k": {b"g"}}),
+    (b"import a\nimport b as a\n", {b"a": {b"a", b"b"}}),
+    (b"from . import a\n", {}),  # relative: in the scan
+    (b"import a\nfrom . import a\n", {}),
+    (b"import a\ndef f(a):\n    a.x\n", {}),  # a parameter
+    (b"import a\na = 1\n", {}),
+    (b"import a\nx = 'a'\n", {}),  # a short string may bind it (globals()['a'] = ...)
+    (b"import a\n# a comment: a\n\"\"\"a docstring: a\"\"\"\nx = y.a + a.b\n", {b"a": {b"a"}}),
+    (b"import a\nfrom b import *\n", {}),  # a star import may bind any name
+    (b"try: import a\nexcept ImportError: pass\n", {}),  # an import not understood
+    (b'x = "import a"\na.b\n', {}),
+])
+def test_receiver_roots(text, roots):
+    assert G.receiver_roots(text) == {k: frozenset(v) for k, v in roots.items()}
+
+
+@pytest.mark.parametrize("text, chain", [
+    (b"pipeline.PipelineAsync.create(x)", (b"pipeline", b"PipelineAsync")),
+    (b"unittest . create()", (b"unittest",)),
+    (b"f().create()", None),
+    (b"x[0].create", None),
+    (b"(a\n .create)", None),  # across a line: not followed
+    (b'"create"', None),
+])
+def test_receiver_chain(text, chain):
+    assert G.receiver_chain(text, text.index(b"create")) == chain
+
+
+def test_an_attribute_of_a_package_outside_the_scan_reaches_only_a_meaningful_name():
+    """`torch.cuda.get_device_capability` means the capability whatever `torch` is: attributes
+    the interpreter reads by their name alone are uses whatever their receiver."""
+    from archaudit.python.interp import Rules
+    from archaudit.targets import registry
+
+    src = b"import torch\nimport unittest\nx = torch.cuda.get_device_capability()\nunittest.main()\n"
+    names = {b"get_device_capability", b"main"}
+    got = G.reaching_occurrences(src, names, set(), lambda r: True, Rules(registry()).meaningful)
+    assert [src[p:p + n] for p, n in got] == [b"get_device_capability"]
+    assert len(G.reaching_occurrences(src, names, set())) == 2
+
+
 def test_cache_cutoff_sees_a_comment_become_a_use(tmp_path):
     """quiet.py names block_size only as a parameter. A comment appended to it with words it
     already has, `# obj.block_size`, is a use (an attribute): the module becomes relevant, so the
@@ -132,12 +181,12 @@ def test_cache_cutoff_sees_a_comment_become_a_use(tmp_path):
         for f in fs:
             os.utime(os.path.join(d, f), (t, t))
     c = tmp_path / "c"
-    assert scan(tree, cache=Cache(c)).stats["python_modules_evaluated"] == 6
+    assert scan(tree, cache=Cache(c)).stats["python_modules_evaluated"] == 7
     f = tree / "roundpkg" / "quiet.py"
     f.write_bytes(f.read_bytes() + b"# obj.block_size\n")
     r = scan(tree, cache=Cache(c))
     assert r.cache["mode"] == "miss"
-    assert r.stats["python_modules_evaluated"] == 7 == scan(tree).stats["python_modules_evaluated"]
+    assert r.stats["python_modules_evaluated"] == 8 == scan(tree).stats["python_modules_evaluated"]
 
 
 def test_a_uniform_unknown_term_does_not_hide_the_gate():
@@ -148,3 +197,23 @@ def test_a_uniform_unknown_term_does_not_hide_the_gate():
     assert [(g.path, g.line, g.region, sorted(g.admits)) for g in r.gates] == [
         ("unkpkg/fast.py", 13, "after-early-exit", ["sm_103"]),
     ]
+
+
+def test_cache_cutoff_sees_a_comment_make_a_receiver_not_only_an_import(tmp_path):
+    """outside.py's `pipeline` is bound only by an import of a package outside the scan, so its
+    attributes reach nothing. A trailing comment `# import pipeline`, with words the file already
+    has, is an import statement not understood: the name may now be bound to anything, the
+    module becomes relevant, and the early cutoff must not reuse the previous result."""
+    tree = tmp_path / "tree"
+    shutil.copytree(FIXTURES / "pyrounds", tree)
+    t = time.time() - 10
+    for d, _, fs in os.walk(tree):
+        for f in fs:
+            os.utime(os.path.join(d, f), (t, t))
+    c = tmp_path / "c"
+    assert scan(tree, cache=Cache(c)).stats["python_modules_evaluated"] == 7
+    f = tree / "roundpkg" / "outside.py"
+    f.write_bytes(f.read_bytes() + b"# import pipeline\n")
+    r = scan(tree, cache=Cache(c))
+    assert r.cache["mode"] == "miss"
+    assert r.stats["python_modules_evaluated"] == 8 == scan(tree).stats["python_modules_evaluated"]

@@ -8,9 +8,12 @@ Everything else is never parsed (unless the interpreter follows a call or import
 A name defined in module M reaches another module only through an import of it (or the alias it
 is imported as), a star import, an attribute (`x.name`, `M.name`, `self.name`) or a string
 (`getattr(x, "name")`): elsewhere a bare `name` is some other binding, and a comment is
-nothing. Without this, generic method names (`forward`, `plan`, `resolve`) that carry a
-dependence in one class brought in every module that has a local of that name, and the rounds
-grew with the corpus rather than with its gates.
+nothing. Nor is an attribute whose receiver is a package outside the scan (`unittest.main`,
+`pipeline.PipelineUmmaAsync.create` after `from cutlass import pipeline`), when nothing else
+binds the receiver's name (see receiver_roots). Without these rules, generic method names
+(`forward`, `plan`, `resolve`, `create`, `main`) that carry a dependence in one class or script
+brought in every module that has a local or an attribute of that name, and the rounds grew
+with the corpus rather than with its gates.
 """
 from __future__ import annotations
 
@@ -129,6 +132,29 @@ def _is_use(data: bytes, p: int, n: int) -> bool:
     return True
 
 
+def _import_segment(data: bytes, i: int) -> tuple[int, int]:
+    """The text after an `import` keyword ending at i, to the end of its logical line: to the
+    matching `)`, or across `\\`-continued lines."""
+    j = i
+    while j < len(data) and data[j] in _SPACE:
+        j += 1
+    if data[j:j + 1] == b"(":
+        e, depth = j, 0
+        while e < len(data):
+            depth += (data[e] == 40) - (data[e] == 41)  # ( )
+            if depth == 0:
+                break
+            e += 1
+        return i, min(e + 1, len(data))
+    e = i
+    while True:
+        e = data.find(b"\n", e)
+        if e < 0 or data[e - 1:e] != b"\\" and data[e - 2:e] != b"\\\r":
+            break
+        e += 1
+    return i, len(data) if e < 0 else e
+
+
 def module_imports(data: bytes) -> tuple[frozenset, dict] | None:
     """Every identifier in the text after each `import` keyword up to the end of its logical line
     (a superset of the names the module imports, comments and strings included), and the aliases
@@ -136,25 +162,9 @@ def module_imports(data: bytes) -> tuple[frozenset, dict] | None:
     (then any bare name may have been imported)."""
     out: set[bytes] = set()
     aliases: dict[bytes, set[bytes]] = {}
-    for m in _IMPORT_KW.finditer(data):
-        i = j = m.end()
-        while j < len(data) and data[j] in _SPACE:
-            j += 1
-        if data[j:j + 1] == b"(":
-            e, depth = j, 0
-            while e < len(data):
-                depth += (data[e] == 40) - (data[e] == 41)  # ( )
-                if depth == 0:
-                    break
-                e += 1
-        else:
-            e = i
-            while True:
-                e = data.find(b"\n", e)
-                if e < 0 or data[e - 1:e] != b"\\" and data[e - 2:e] != b"\\\r":
-                    break
-                e += 1
-        seg = data[i:] if e < 0 else data[i:e]
+    for _s, k in _import_keywords(data):
+        i, e = _import_segment(data, k)
+        seg = data[i:e]
         if b"*" in seg:
             return None
         out.update(_IDENT.findall(seg))
@@ -163,7 +173,16 @@ def module_imports(data: bytes) -> tuple[frozenset, dict] | None:
     return frozenset(out), aliases
 
 
-_IMPORT_KW = re.compile(rb"\bimport\b")
+def _import_keywords(data: bytes):
+    """(start, end) of each `import` word in data (re's `\\bimport\\b`, without its slow scan)."""
+    p = data.find(b"import")
+    while p >= 0:
+        q = p + 6
+        if (p == 0 or not _WORD_BYTE[data[p - 1]]) and (q == len(data) or not _WORD_BYTE[data[q]]):
+            yield p, q
+        p = data.find(b"import", q)
+
+
 _ALIAS = re.compile(rb"([A-Za-z_][A-Za-z0-9_]*)\s+as\s+([A-Za-z_][A-Za-z0-9_]*)")
 _QUALIFIERS = b".\"'"  # x.name, "name"
 _GAP = b" \t\r\n\\"
@@ -177,12 +196,168 @@ def _qualified(data: bytes, p: int) -> bool:
     return j > 0 and data[j - 1] in _QUALIFIERS
 
 
-def reaching_occurrences(data: bytes, present, bare) -> list[tuple[int, int]]:
+# what precedes an `import` keyword that starts a statement: indentation, or `from <module>`
+_IMPORT_PREFIX = re.compile(rb"[ \t]*(?:from[ \t]+(\.*[A-Za-z0-9_.]*)[ \t]+)?")
+_IMPORT_ITEM = re.compile(rb"([A-Za-z_][A-Za-z0-9_.]*)(?:[ \t]+as[ \t]+([A-Za-z_][A-Za-z0-9_]*))?")
+_COMMENT = re.compile(rb"#[^\n]*")
+
+
+def receiver_roots(data: bytes) -> dict[bytes, frozenset]:
+    """Names bound only by absolute imports (`import a.b`, `import a.b as r`, `from a.b import
+    r`) and otherwise only read as the receiver of an attribute (`r.x`) or named as one
+    (`y.r`), each with the top-level packages of the modules those imports read. Such a name is
+    that package's module or object everywhere in the file, so when the package is not in the
+    scan, `r.x.name` cannot refer to a scanned definition of `name`. Conservative: an import
+    that is not understood (a relative or star import, an `import` inside a string, one after
+    `;`) or any other occurrence outside comments and docstrings (a parameter, an assignment,
+    a short string) excludes the name."""
+    ib = import_bindings(data)
+    if ib is None:
+        return {}
+    bound, regions = ib
+    prose: list = []
+    return {r: tops for r, tops in bound.items() if tops is not None and only_receiver(data, r, regions, prose)}
+
+
+def import_bindings(data: bytes) -> tuple[dict[bytes, frozenset | None], list[tuple[int, int]]] | None:
+    """The names import statements bind, each with the top-level packages of the modules they
+    read (None: some import of it is relative or not understood), and the spans of the import
+    statements understood; None when the module may star-import."""
+    bound: dict[bytes, set | None] = {}
+    regions: list[tuple[int, int]] = []
+    for k0, k in _import_keywords(data):
+        i, e = _import_segment(data, k)
+        seg = data[i:e]
+        if b"*" in seg:
+            return None
+        ls = data.rfind(b"\n", 0, k0) + 1
+        pre = _IMPORT_PREFIX.fullmatch(data, ls, k0)
+        items = _import_items(seg)
+        if pre is None or items is None or pre.group(1) is not None and pre.group(1)[:1] in (b".", b""):
+            for r in _IDENT.findall(seg):  # not understood, or relative: in the scan
+                bound[r] = None
+            continue
+        regions.append((ls, e))
+        frm = pre.group(1)
+        for dotted, alias in items:
+            if frm is None:
+                top = dotted.split(b".", 1)[0]
+                name = alias or top
+            elif b"." in dotted:
+                continue  # `from a import b.c` is not Python
+            else:
+                name, top = alias or dotted, frm.split(b".", 1)[0]
+            if bound.get(name, ()) is not None:
+                bound.setdefault(name, set()).add(top)
+    return {r: None if t is None else frozenset(t) for r, t in bound.items()}, regions
+
+
+def only_receiver(data: bytes, r: bytes, regions: list[tuple[int, int]], prose: list) -> bool:
+    """Is every occurrence of the identifier r outside the import statements `regions` (see
+    import_bindings) the receiver of an attribute (`r.x`), an attribute itself (`y.r`), or in a
+    comment or docstring? prose: [] or the file's _prose_spans (filled on first need)."""
+    for p, n in name_occurrences(data, [r]):
+        if not _ident_at(data, p, n, 0, len(data)) or _in_regions(regions, p):
+            continue
+        q = p + n
+        while q < len(data) and data[q] in _SPACE:
+            q += 1
+        j = p
+        while j > 0 and data[j - 1] in _SPACE:
+            j -= 1
+        if data[q:q + 1] == b"." or j > 0 and data[j - 1] == 46:
+            continue
+        if not prose:
+            prose.append(_prose_spans(data))
+        if not _in_regions(prose[0], p):
+            return False  # bound or read otherwise
+    return True
+
+
+# comments and string literals, in one left-to-right pass (a string's quotes and a comment's
+# "#" are found only outside the others)
+_STRING_OR_COMMENT = re.compile(
+    rb"#[^\r\n]*"
+    rb'|"""(?:[^"\\]|\\.|"(?!""))*"""'
+    rb"|'''(?:[^'\\]|\\.|'(?!''))*'''"
+    rb'|"(?:[^"\\\r\n]|\\.)*"'
+    rb"|'(?:[^'\\\r\n]|\\.)*'", re.S)
+
+
+def _prose_spans(data: bytes) -> list[tuple[int, int]]:
+    """The comments and triple-quoted strings (docstrings) of a file: a name there
+    binds nothing (unlike a short string: `globals()["name"] = ...`)."""
+    return [m.span() for m in _STRING_OR_COMMENT.finditer(data) if data[m.start()] == 35 or m.end() - m.start() >= 6
+            and data[m.start():m.start() + 3] in (b'"""', b"'''")]
+
+
+def _import_items(seg: bytes) -> list[tuple[bytes, bytes | None]] | None:
+    """(dotted name, alias) of each item of an import statement's text after `import`; None when
+    it is not a plain list of them."""
+    body = seg.strip()
+    if body.startswith(b"(") and body.endswith(b")"):
+        body = _COMMENT.sub(b"", body[1:-1])
+    else:
+        body = body.split(b"#", 1)[0].replace(b"\\\r\n", b" ").replace(b"\\\n", b" ")
+    out = []
+    for item in body.split(b","):
+        item = item.strip()
+        if not item:
+            continue
+        m = _IMPORT_ITEM.fullmatch(item)
+        if m is None:
+            return None
+        out.append((m.group(1), m.group(2)))
+    return out or None
+
+
+def _in_regions(regions: list[tuple[int, int]], p: int) -> bool:
+    i = bisect_left(regions, (p + 1, 0)) - 1
+    return i >= 0 and regions[i][0] <= p < regions[i][1]
+
+
+def receiver_chain(data: bytes, p: int) -> tuple[bytes, ...] | None:
+    """The identifiers before the attribute at p, root first, when they are a plain dotted chain
+    on its line (`a.b.name` -> (a, b)); None otherwise (`f().name`, `x[0].name`, a chain that
+    crosses a line)."""
+    chain = []
+    j = p
+    while True:
+        k = j
+        while k > 0 and data[k - 1] in _SPACE:
+            k -= 1
+        if k == 0 or data[k - 1] != 46:  # "."
+            break
+        k -= 1
+        while k > 0 and data[k - 1] in _SPACE:
+            k -= 1
+        e = k
+        while k > 0 and _WORD_BYTE[data[k - 1]]:
+            k -= 1
+        if k == e or _DIGIT_BYTE[data[k]]:
+            return None
+        chain.append(data[k:e])
+        j = k
+    return tuple(reversed(chain)) if chain else None
+
+
+def reaching_occurrences(data: bytes, present, bare, external=None, meaningful=None) -> list[tuple[int, int]]:
     """Sorted name_occurrences of `present` in data that can refer to its definition elsewhere:
     all of those in `bare` (names defined in this module, or named in an import), only the
-    attributes and strings of the others."""
+    attributes and strings of the others, and of those not the attributes of a chain whose root
+    is `external` (a receiver_roots name bound to packages outside the scan), unless an
+    identifier of the chain or the name itself means something to the interpreter whatever its
+    receiver (`meaningful`: `torch.cuda.get_device_capability`)."""
     occ = name_occurrences(data, [n for n in present if n in bare])
-    occ += [o for o in name_occurrences(data, [n for n in present if n not in bare]) if _qualified(data, o[0])]
+    for o in name_occurrences(data, [n for n in present if n not in bare]):
+        if not _qualified(data, o[0]):
+            continue
+        if external is not None:
+            chain = receiver_chain(data, o[0])
+            if chain is not None and not any(meaningful(w) for w in (*chain, data[o[0]:o[0] + o[1]])) \
+                    and external(chain[0]):
+                continue
+        occ.append(o)
     occ.sort()
     return occ
 
@@ -258,7 +433,10 @@ def find_python_gates(source: Source, index: Index, reg: Registry, package_of, p
         return bool(occ) and any_use(data, occ, start, end)
 
     imports: dict[str, tuple | None] = {}
+    externals: dict[str, tuple] = {}  # module -> external_root's state
     round_occ: dict[str, list | None] = {}  # reaching() this round (names change between rounds)
+    scan_tops = {m.split(".", 1)[0].encode() for m in modules}
+    meaningful = interp.rules.meaningful
 
     def reaching(m: str) -> list[tuple[int, int]] | None:
         """reaching_occurrences in module m of the names it holds, and of the aliases they are
@@ -278,9 +456,26 @@ def find_python_gates(source: Source, index: Index, reg: Registry, package_of, p
                 imported, aliases = imp
                 bare = {n for n in present if n in imported or m in homes[n]}
                 alias = {a for n in present if n in aliases for a in aliases[n]}
-                occ = reaching_occurrences(src, present | alias, bare | alias)
+                occ = reaching_occurrences(src, present | alias, bare | alias, external_root(m, src), meaningful)
         round_occ[m] = occ
         return occ
+
+    def external_root(m: str, src: bytes):
+        """A test of names in module m: is it bound only to a package outside the scan (see
+        receiver_roots)? Answers are kept across rounds."""
+
+        def external(r: bytes) -> bool:
+            st = externals.get(m)
+            if st is None:  # import bindings, answers, prose spans: found on first need
+                st = externals[m] = (import_bindings(src), {}, [])
+            (bound, regions), memo, prose = st
+            v = memo.get(r)
+            if v is None:
+                tops = bound.get(r)
+                v = memo[r] = bool(tops) and not tops & scan_tops and only_receiver(src, r, regions, prose)
+            return v
+
+        return external
 
     def uses_names(m: str) -> bool:
         occ = reaching(m)
@@ -363,7 +558,8 @@ def cutoff_view(data: bytes, names: frozenset) -> tuple | None:
     """Everything find_python_gates can learn from one file's bytes when it searches for
     `names`: decoding verdict, IR with positions, parse errors, and the module- and function-
     level prefilter answers (which names, and aliases of them, have a use, which have one as an
-    attribute or string, which are imported). Two byte strings with equal views give the same
+    attribute or string and behind which receiver, which are imported, which names are bound
+    only by imports and to which packages). Two byte strings with equal views give the same
     scan. Also returns the end of the last top-level statement (gate texts are sliced before
     it). None: unknown."""
     why = decode_check(data)
@@ -383,19 +579,34 @@ def cutoff_view(data: bytes, names: frozenset) -> tuple | None:
     imp = module_imports(data)
     aliases = () if imp is None else tuple(sorted((n, tuple(sorted(a))) for n, a in imp[1].items() if n in nb))
     occ = {n: name_occurrences(data, [n]) for n in sorted(nb.union(*(a for _n, a in aliases))) if n in data}
-    qual = {n: [o for o in v if _qualified(data, o[0])] for n, v in occ.items()}
+    roots = receiver_roots(data) if imp is not None else {}
+    # attributes and strings, by the receiver chain that decides whether they reach the scan
+    # (None: they do whatever the scan holds)
+    qual: dict[tuple, list] = {}
+    for n, v in occ.items():
+        for o in v:
+            if _qualified(data, o[0]):
+                chain = receiver_chain(data, o[0]) if roots else None
+                qual.setdefault((n, chain if chain and chain[0] in roots else None), []).append(o)
 
     def uses(start: int, end: int) -> tuple:
         """The names with a use in data[start:end], and those with one as an attribute or string
-        (which of them reach the scan depends on imports and on where a name is defined)."""
+        (which of them reach the scan depends on imports, on where a name is defined and on the
+        packages in the scan)."""
         return (tuple(n for n, v in occ.items() if any_use(data, v, start, end)),
-                tuple(n for n, v in qual.items() if any_use(data, v, start, end)))
+                tuple(k for k, v in sorted(qual.items(), key=_chain_key) if any_use(data, v, start, end)))
 
     funcs = tuple((q, trig.search(data, n.sb, n.eb) is not None, uses(n.sb, n.eb)) for q, n in info.functions.items())
     view = (ir, trig.search(data) is not None, tuple(sorted(nb.intersection(_IDENT.findall(data)))), uses(0, len(data)),
-            None if imp is None else (tuple(sorted(nb & imp[0])), aliases), funcs)
+            None if imp is None else (tuple(sorted(nb & imp[0])), aliases),
+            tuple(sorted((r, tuple(sorted(t))) for r, t in roots.items())), funcs)
     end = max((st.eb for st in parsed.body), default=0)
     return view, end
+
+
+def _chain_key(item: tuple) -> tuple:
+    (name, chain), _occ = item
+    return (name, chain is not None, chain or ())
 
 
 def _owner_key(o: tuple[str, str | None]) -> tuple[str, str]:

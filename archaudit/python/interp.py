@@ -107,6 +107,16 @@ class Rules:
         self.arch_env: set[str] = set(data.get("arch_list_env", {}).get("names", []))
         self.reg = reg
         self._pred_memo: dict = {}
+        # names the interpreter gives a meaning whatever they are bound to (see meaningful)
+        self._special = (self.cap_tuple | self.cap_sm | self.cap_props | set(self.cap_methods)
+                         | set(self.arch_lists) | self.jit_builders | self.flag_keywords | self.arch_env)
+
+    def meaningful(self, name: bytes) -> bool:
+        """Does the interpreter read an attribute or call of this name as an architecture test,
+        a capability source or a JIT build even on an object it cannot resolve (a package outside
+        the scan)?"""
+        s = name.decode("ascii", "replace")
+        return s in self._special or self.predicate_admits(s) is not None
 
     def predicate_admits(self, name: str) -> tuple[frozenset, str] | None:
         # asked for every attribute and call name: memoised (a pure function of the name)
