@@ -12,6 +12,7 @@ import pytest
 from archaudit.cache import Cache
 from archaudit.pipeline import scan
 from archaudit.python import gates as G
+from archaudit.python import pybytes as B
 
 from conftest import FIXTURES
 
@@ -107,7 +108,7 @@ def test_a_global_computed_from_the_capability_carries_it_unread(monkeypatch):
     (b"x = important\n", set(), {}),
 ])
 def test_module_imports(text, names, aliases):
-    got = G.module_imports(text)
+    got = B.module_imports(text)
     assert got == (None if names is None else (frozenset(names), aliases))
 
 
@@ -122,7 +123,7 @@ def test_module_imports(text, names, aliases):
     (b"f(block_size)", False),
 ])
 def test_qualified(text, qualified):
-    assert G._qualified(text, text.index(b"block_size")) is qualified
+    assert B.qualified(text, text.index(b"block_size")) is qualified
 
 
 @pytest.mark.parametrize("text, roots", [
@@ -141,7 +142,7 @@ def test_qualified(text, qualified):
     (b'x = "import a"\na.b\n', {}),
 ])
 def test_receiver_roots(text, roots):
-    assert G.receiver_roots(text) == {k: frozenset(v) for k, v in roots.items()}
+    assert B.receiver_roots(text) == {k: frozenset(v) for k, v in roots.items()}
 
 
 @pytest.mark.parametrize("text, chain", [
@@ -153,7 +154,7 @@ def test_receiver_roots(text, roots):
     (b'"create"', None),
 ])
 def test_receiver_chain(text, chain):
-    assert G.receiver_chain(text, text.index(b"create")) == chain
+    assert B.receiver_chain(text, text.index(b"create")) == chain
 
 
 def test_an_attribute_of_a_package_outside_the_scan_reaches_only_a_meaningful_name():

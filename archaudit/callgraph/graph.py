@@ -6,7 +6,8 @@ modules (`<jit:NAME>`), and `<unresolved:REASON>` nodes for callees that could n
 Edge data: `how` (the resolution rules of the first call site) and `sites`: [(path, line, how)].
 
 `expand(node)` computes one node's out-edges (parsing only the modules it reaches);
-`callers(qualname)` finds in-edges, parsing only modules whose bytes contain the callee's name;
+`callers(qualname)` finds in-edges, parsing only modules whose bytes contain the callee's name
+(other than as an attribute of a package outside the scan);
 `build_all()` expands everything (what `callgraph --format pycg` needs).
 """
 from __future__ import annotations
@@ -20,6 +21,7 @@ import networkx as nx
 
 from ..parsing.python_ir import N
 from ..python.index import WORD, Index, flatten_top
+from ..python.pybytes import ExternalRoots
 from .resolve import Ctx, Ref, Resolver, iter_stmts, walk_exprs
 
 UNRESOLVED_PREFIX = "<unresolved:"
@@ -61,6 +63,7 @@ class CallGraph:
         self._by_callee: dict[str, list[Call]] = {}  # reverse edges, filled as nodes are expanded
         self._words: dict[bytes, list[str]] | None = None
         self._scans = 0
+        self._outside = ExternalRoots(index.path_of)
         self.skipped_callers = {}
         self.skip_log: set | None = None  # when a set: callers() adds each skipped name it is asked for
 
@@ -276,12 +279,16 @@ class CallGraph:
             pat = re.compile(rb"\b" + re.escape(short.encode()) + rb"\b")
             for m in cands:
                 data = self.index.source_bytes(m)
+                # the name's positions once per module, then each class/function that spans one;
+                # an attribute of a package outside the scan (`prims.load_ext` after `from
+                # cutlass.experimental import primitives as prims`) cannot call the scan's function
+                hits = [x.start() for x in pat.finditer(data) if not self._outside.outside_attribute(m, data, x.start())]
+                if not hits:
+                    continue
                 mod = self.r.module(m)
                 if mod is None:
                     continue
                 self.expand(m)
-                # the name's positions once per module, then each class/function that spans one
-                hits = [x.start() for x in pat.finditer(data)]
                 for q, node in list(mod.classes.items()) + list(mod.functions.items()):
                     i = bisect.bisect_left(hits, node.sb)
                     if i < len(hits) and hits[i] < node.eb:

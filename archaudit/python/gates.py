@@ -30,6 +30,8 @@ from ..sources import Source
 from ..targets import Registry
 from .index import WORD, Index, ModuleInfo, _collect_defs, decode_check
 from .interp import GateRecord, Interp
+from .pybytes import (IDENT, SPACE, WORD_BYTE, ExternalRoots, ident_at, module_imports, name_occurrences,
+                      qualified, receiver_chain, receiver_roots)
 
 # Bytes that can start an architecture test in Python source. Deliberately not `sm90` alone:
 # flashinfer names hundreds of kernels *_sm90_*, and a name is not a test.
@@ -39,8 +41,7 @@ TRIGGERS = (
 )
 
 
-_IDENT = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
-# an identifier (_IDENT) is a word (index.WORD) without its leading digits, so one pass over
+# an identifier (IDENT) is a word (index.WORD) without its leading digits, so one pass over
 # the bytes in the prefilter workers serves the gate finder and the call graph's word index
 _DIGITS = b"0123456789"
 
@@ -60,46 +61,10 @@ def byte_facts(data: bytes) -> tuple[bool, bytes]:
 
 
 def fact_idents(words: bytes) -> frozenset:
-    """The identifiers (_IDENT.findall) of a file, from its byte_facts words: in bytes patterns
-    \\w is [A-Za-z0-9_], and _IDENT finds in each maximal run of those the part after its
+    """The identifiers (IDENT.findall) of a file, from its byte_facts words: in bytes patterns
+    \\w is [A-Za-z0-9_], and IDENT finds in each maximal run of those the part after its
     leading digits."""
     return frozenset(w.lstrip(_DIGITS) for w in words.split(b"\n")) - {b""}
-
-
-# bytes that continue an identifier (_IDENT's second class) and digits, as lookup tables
-_WORD_BYTE = bytes(1 if chr(b).isascii() and (chr(b).isalnum() or chr(b) == "_") else 0 for b in range(256))
-_DIGIT_BYTE = bytes(1 if 48 <= b <= 57 else 0 for b in range(256))
-
-
-def name_occurrences(data: bytes, names) -> list[tuple[int, int]]:
-    """Sorted (offset, length) of every occurrence of each name's bytes in data (substring
-    search: `_ident_at` decides which are identifiers)."""
-    out = []
-    for nm in names:
-        n = len(nm)
-        p = data.find(nm)
-        while p >= 0:
-            out.append((p, n))
-            p = data.find(nm, p + 1)
-    out.sort()
-    return out
-
-
-def _ident_at(data: bytes, p: int, n: int, start: int, end: int) -> bool:
-    """Is data[p:p+n] (an ASCII identifier) one of `_IDENT.findall(data, start, end)`? findall
-    takes maximal runs of word bytes, without their leading digits, cut at the window's ends."""
-    q = p + n
-    if p < start or q > end or (q < end and _WORD_BYTE[data[q]]):
-        return False
-    j = p
-    while j > start and _WORD_BYTE[data[j - 1]]:
-        j -= 1
-        if not _DIGIT_BYTE[data[j]]:
-            return False  # inside a longer identifier
-    return True
-
-
-_SPACE = b" \t"
 
 
 def _is_use(data: bytes, p: int, n: int) -> bool:
@@ -110,16 +75,16 @@ def _is_use(data: bytes, p: int, n: int) -> bool:
     and walrus bindings, `for name in`, imports, comments and strings all count as uses:
     conservative.)"""
     j = p
-    while j > 0 and data[j - 1] in _SPACE:
+    while j > 0 and data[j - 1] in SPACE:
         j -= 1
     if j > 0 and data[j - 1] == 58:  # after ":", an annotation (`x: name = None`) reads the name
         return True
     q = p + n
-    while q < len(data) and data[q] in _SPACE:
+    while q < len(data) and data[q] in SPACE:
         q += 1
     if q < len(data) and data[q] == 61 and data[q + 1:q + 2] != b"=":  # "=" but not "=="
         r = q + 1
-        while r < len(data) and data[r] in _SPACE:
+        while r < len(data) and data[r] in SPACE:
             r += 1
         # f"{name=}", f"{name=!r}", f"{name=:>8}" read the name
         return r < len(data) and data[r] in b"}!:"
@@ -127,218 +92,9 @@ def _is_use(data: bytes, p: int, n: int) -> bool:
         return True
     for kw in (b"def", b"class"):
         k = j - len(kw)
-        if k >= 0 and data[k:j] == kw and (k == 0 or not _WORD_BYTE[data[k - 1]]):
+        if k >= 0 and data[k:j] == kw and (k == 0 or not WORD_BYTE[data[k - 1]]):
             return False
     return True
-
-
-def _import_segment(data: bytes, i: int) -> tuple[int, int]:
-    """The text after an `import` keyword ending at i, to the end of its logical line: to the
-    matching `)`, or across `\\`-continued lines."""
-    j = i
-    while j < len(data) and data[j] in _SPACE:
-        j += 1
-    if data[j:j + 1] == b"(":
-        e, depth = j, 0
-        while e < len(data):
-            depth += (data[e] == 40) - (data[e] == 41)  # ( )
-            if depth == 0:
-                break
-            e += 1
-        return i, min(e + 1, len(data))
-    e = i
-    while True:
-        e = data.find(b"\n", e)
-        if e < 0 or data[e - 1:e] != b"\\" and data[e - 2:e] != b"\\\r":
-            break
-        e += 1
-    return i, len(data) if e < 0 else e
-
-
-def module_imports(data: bytes) -> tuple[frozenset, dict] | None:
-    """Every identifier in the text after each `import` keyword up to the end of its logical line
-    (a superset of the names the module imports, comments and strings included), and the aliases
-    each is imported as (`from m import name as alias`); None when the module may star-import
-    (then any bare name may have been imported)."""
-    out: set[bytes] = set()
-    aliases: dict[bytes, set[bytes]] = {}
-    for _s, k in _import_keywords(data):
-        i, e = _import_segment(data, k)
-        seg = data[i:e]
-        if b"*" in seg:
-            return None
-        out.update(_IDENT.findall(seg))
-        for name, alias in _ALIAS.findall(seg):
-            aliases.setdefault(name, set()).add(alias)
-    return frozenset(out), aliases
-
-
-def _import_keywords(data: bytes):
-    """(start, end) of each `import` word in data (re's `\\bimport\\b`, without its slow scan)."""
-    p = data.find(b"import")
-    while p >= 0:
-        q = p + 6
-        if (p == 0 or not _WORD_BYTE[data[p - 1]]) and (q == len(data) or not _WORD_BYTE[data[q]]):
-            yield p, q
-        p = data.find(b"import", q)
-
-
-_ALIAS = re.compile(rb"([A-Za-z_][A-Za-z0-9_]*)\s+as\s+([A-Za-z_][A-Za-z0-9_]*)")
-_QUALIFIERS = b".\"'"  # x.name, "name"
-_GAP = b" \t\r\n\\"
-
-
-def _qualified(data: bytes, p: int) -> bool:
-    """Is the identifier at p an attribute (`x.name`, `x .\\n name`) or the start of a string?"""
-    j = p
-    while j > 0 and data[j - 1] in _GAP:
-        j -= 1
-    return j > 0 and data[j - 1] in _QUALIFIERS
-
-
-# what precedes an `import` keyword that starts a statement: indentation, or `from <module>`
-_IMPORT_PREFIX = re.compile(rb"[ \t]*(?:from[ \t]+(\.*[A-Za-z0-9_.]*)[ \t]+)?")
-_IMPORT_ITEM = re.compile(rb"([A-Za-z_][A-Za-z0-9_.]*)(?:[ \t]+as[ \t]+([A-Za-z_][A-Za-z0-9_]*))?")
-_COMMENT = re.compile(rb"#[^\n]*")
-
-
-def receiver_roots(data: bytes) -> dict[bytes, frozenset]:
-    """Names bound only by absolute imports (`import a.b`, `import a.b as r`, `from a.b import
-    r`) and otherwise only read as the receiver of an attribute (`r.x`) or named as one
-    (`y.r`), each with the top-level packages of the modules those imports read. Such a name is
-    that package's module or object everywhere in the file, so when the package is not in the
-    scan, `r.x.name` cannot refer to a scanned definition of `name`. Conservative: an import
-    that is not understood (a relative or star import, an `import` inside a string, one after
-    `;`) or any other occurrence outside comments and docstrings (a parameter, an assignment,
-    a short string) excludes the name."""
-    ib = import_bindings(data)
-    if ib is None:
-        return {}
-    bound, regions = ib
-    prose: list = []
-    return {r: tops for r, tops in bound.items() if tops is not None and only_receiver(data, r, regions, prose)}
-
-
-def import_bindings(data: bytes) -> tuple[dict[bytes, frozenset | None], list[tuple[int, int]]] | None:
-    """The names import statements bind, each with the top-level packages of the modules they
-    read (None: some import of it is relative or not understood), and the spans of the import
-    statements understood; None when the module may star-import."""
-    bound: dict[bytes, set | None] = {}
-    regions: list[tuple[int, int]] = []
-    for k0, k in _import_keywords(data):
-        i, e = _import_segment(data, k)
-        seg = data[i:e]
-        if b"*" in seg:
-            return None
-        ls = data.rfind(b"\n", 0, k0) + 1
-        pre = _IMPORT_PREFIX.fullmatch(data, ls, k0)
-        items = _import_items(seg)
-        if pre is None or items is None or pre.group(1) is not None and pre.group(1)[:1] in (b".", b""):
-            for r in _IDENT.findall(seg):  # not understood, or relative: in the scan
-                bound[r] = None
-            continue
-        regions.append((ls, e))
-        frm = pre.group(1)
-        for dotted, alias in items:
-            if frm is None:
-                top = dotted.split(b".", 1)[0]
-                name = alias or top
-            elif b"." in dotted:
-                continue  # `from a import b.c` is not Python
-            else:
-                name, top = alias or dotted, frm.split(b".", 1)[0]
-            if bound.get(name, ()) is not None:
-                bound.setdefault(name, set()).add(top)
-    return {r: None if t is None else frozenset(t) for r, t in bound.items()}, regions
-
-
-def only_receiver(data: bytes, r: bytes, regions: list[tuple[int, int]], prose: list) -> bool:
-    """Is every occurrence of the identifier r outside the import statements `regions` (see
-    import_bindings) the receiver of an attribute (`r.x`), an attribute itself (`y.r`), or in a
-    comment or docstring? prose: [] or the file's _prose_spans (filled on first need)."""
-    for p, n in name_occurrences(data, [r]):
-        if not _ident_at(data, p, n, 0, len(data)) or _in_regions(regions, p):
-            continue
-        q = p + n
-        while q < len(data) and data[q] in _SPACE:
-            q += 1
-        j = p
-        while j > 0 and data[j - 1] in _SPACE:
-            j -= 1
-        if data[q:q + 1] == b"." or j > 0 and data[j - 1] == 46:
-            continue
-        if not prose:
-            prose.append(_prose_spans(data))
-        if not _in_regions(prose[0], p):
-            return False  # bound or read otherwise
-    return True
-
-
-# comments and string literals, in one left-to-right pass (a string's quotes and a comment's
-# "#" are found only outside the others)
-_STRING_OR_COMMENT = re.compile(
-    rb"#[^\r\n]*"
-    rb'|"""(?:[^"\\]|\\.|"(?!""))*"""'
-    rb"|'''(?:[^'\\]|\\.|'(?!''))*'''"
-    rb'|"(?:[^"\\\r\n]|\\.)*"'
-    rb"|'(?:[^'\\\r\n]|\\.)*'", re.S)
-
-
-def _prose_spans(data: bytes) -> list[tuple[int, int]]:
-    """The comments and triple-quoted strings (docstrings) of a file: a name there
-    binds nothing (unlike a short string: `globals()["name"] = ...`)."""
-    return [m.span() for m in _STRING_OR_COMMENT.finditer(data) if data[m.start()] == 35 or m.end() - m.start() >= 6
-            and data[m.start():m.start() + 3] in (b'"""', b"'''")]
-
-
-def _import_items(seg: bytes) -> list[tuple[bytes, bytes | None]] | None:
-    """(dotted name, alias) of each item of an import statement's text after `import`; None when
-    it is not a plain list of them."""
-    body = seg.strip()
-    if body.startswith(b"(") and body.endswith(b")"):
-        body = _COMMENT.sub(b"", body[1:-1])
-    else:
-        body = body.split(b"#", 1)[0].replace(b"\\\r\n", b" ").replace(b"\\\n", b" ")
-    out = []
-    for item in body.split(b","):
-        item = item.strip()
-        if not item:
-            continue
-        m = _IMPORT_ITEM.fullmatch(item)
-        if m is None:
-            return None
-        out.append((m.group(1), m.group(2)))
-    return out or None
-
-
-def _in_regions(regions: list[tuple[int, int]], p: int) -> bool:
-    i = bisect_left(regions, (p + 1, 0)) - 1
-    return i >= 0 and regions[i][0] <= p < regions[i][1]
-
-
-def receiver_chain(data: bytes, p: int) -> tuple[bytes, ...] | None:
-    """The identifiers before the attribute at p, root first, when they are a plain dotted chain
-    on its line (`a.b.name` -> (a, b)); None otherwise (`f().name`, `x[0].name`, a chain that
-    crosses a line)."""
-    chain = []
-    j = p
-    while True:
-        k = j
-        while k > 0 and data[k - 1] in _SPACE:
-            k -= 1
-        if k == 0 or data[k - 1] != 46:  # "."
-            break
-        k -= 1
-        while k > 0 and data[k - 1] in _SPACE:
-            k -= 1
-        e = k
-        while k > 0 and _WORD_BYTE[data[k - 1]]:
-            k -= 1
-        if k == e or _DIGIT_BYTE[data[k]]:
-            return None
-        chain.append(data[k:e])
-        j = k
-    return tuple(reversed(chain)) if chain else None
 
 
 def reaching_occurrences(data: bytes, present, bare, external=None, meaningful=None) -> list[tuple[int, int]]:
@@ -350,7 +106,7 @@ def reaching_occurrences(data: bytes, present, bare, external=None, meaningful=N
     receiver (`meaningful`: `torch.cuda.get_device_capability`)."""
     occ = name_occurrences(data, [n for n in present if n in bare])
     for o in name_occurrences(data, [n for n in present if n not in bare]):
-        if not _qualified(data, o[0]):
+        if not qualified(data, o[0]):
             continue
         if external is not None:
             chain = receiver_chain(data, o[0])
@@ -368,7 +124,7 @@ def any_use(data: bytes, occ: list[tuple[int, int]], start: int, end: int) -> bo
     i = bisect_left(occ, (start, 0))
     while i < len(occ) and occ[i][0] < end:
         p, n = occ[i]
-        if _ident_at(data, p, n, start, end) and _is_use(data, p, n):
+        if ident_at(data, p, n, start, end) and _is_use(data, p, n):
             return True
         i += 1
     return False
@@ -410,7 +166,7 @@ def find_python_gates(source: Source, index: Index, reg: Registry, package_of, p
             if f is not None:
                 v = idents[m] = fact_idents(f[1])
             else:
-                v = idents[m] = frozenset(_IDENT.findall(index.source_bytes(m)))
+                v = idents[m] = frozenset(IDENT.findall(index.source_bytes(m)))
         return v
 
     # Whether a module's bytes hold a trigger never changes: test each file once, not once a
@@ -433,9 +189,8 @@ def find_python_gates(source: Source, index: Index, reg: Registry, package_of, p
         return bool(occ) and any_use(data, occ, start, end)
 
     imports: dict[str, tuple | None] = {}
-    externals: dict[str, tuple] = {}  # module -> external_root's state
+    externals = ExternalRoots(modules)
     round_occ: dict[str, list | None] = {}  # reaching() this round (names change between rounds)
-    scan_tops = {m.split(".", 1)[0].encode() for m in modules}
     meaningful = interp.rules.meaningful
 
     def reaching(m: str) -> list[tuple[int, int]] | None:
@@ -456,26 +211,10 @@ def find_python_gates(source: Source, index: Index, reg: Registry, package_of, p
                 imported, aliases = imp
                 bare = {n for n in present if n in imported or m in homes[n]}
                 alias = {a for n in present if n in aliases for a in aliases[n]}
-                occ = reaching_occurrences(src, present | alias, bare | alias, external_root(m, src), meaningful)
+                occ = reaching_occurrences(src, present | alias, bare | alias,
+                                           lambda r: externals.external(m, src, r), meaningful)
         round_occ[m] = occ
         return occ
-
-    def external_root(m: str, src: bytes):
-        """A test of names in module m: is it bound only to a package outside the scan (see
-        receiver_roots)? Answers are kept across rounds."""
-
-        def external(r: bytes) -> bool:
-            st = externals.get(m)
-            if st is None:  # import bindings, answers, prose spans: found on first need
-                st = externals[m] = (import_bindings(src), {}, [])
-            (bound, regions), memo, prose = st
-            v = memo.get(r)
-            if v is None:
-                tops = bound.get(r)
-                v = memo[r] = bool(tops) and not tops & scan_tops and only_receiver(src, r, regions, prose)
-            return v
-
-        return external
 
     def uses_names(m: str) -> bool:
         occ = reaching(m)
@@ -585,7 +324,7 @@ def cutoff_view(data: bytes, names: frozenset) -> tuple | None:
     qual: dict[tuple, list] = {}
     for n, v in occ.items():
         for o in v:
-            if _qualified(data, o[0]):
+            if qualified(data, o[0]):
                 chain = receiver_chain(data, o[0]) if roots else None
                 qual.setdefault((n, chain if chain and chain[0] in roots else None), []).append(o)
 
@@ -597,7 +336,7 @@ def cutoff_view(data: bytes, names: frozenset) -> tuple | None:
                 tuple(k for k, v in sorted(qual.items(), key=_chain_key) if any_use(data, v, start, end)))
 
     funcs = tuple((q, trig.search(data, n.sb, n.eb) is not None, uses(n.sb, n.eb)) for q, n in info.functions.items())
-    view = (ir, trig.search(data) is not None, tuple(sorted(nb.intersection(_IDENT.findall(data)))), uses(0, len(data)),
+    view = (ir, trig.search(data) is not None, tuple(sorted(nb.intersection(IDENT.findall(data)))), uses(0, len(data)),
             None if imp is None else (tuple(sorted(nb & imp[0])), aliases),
             tuple(sorted((r, tuple(sorted(t))) for r, t in roots.items())), funcs)
     end = max((st.eb for st in parsed.body), default=0)
