@@ -146,3 +146,20 @@ def test_files_the_lazy_path_could_change_stay_eager(src):
     assert not any(isinstance(st.f, LazyFields) for st in lazy.body)
     assert _plain(lazy.body) == _plain(eager.body) and lazy.errors == eager.errors
     assert eager.errors  # both cases do report something
+
+
+def test_names_and_constants_share_their_fields():
+    """A name or constant node's fields dict is shared by every node of that value (memory: they
+    are almost half the IR), across modules; floats (0.0 == -0.0) and long strings are not
+    shared, and a decorated def's fields, which the converter writes, are its own."""
+    long = b"'" + b"d" * 100 + b"'"
+    a = parse_python(b"x = 1\nz = 'short'\nw = 0.0\ny = " + long + b"\n")
+    b = parse_python(b"@x\ndef f():\n    return x, 1, 'short', 0.0, " + long + b"\n")
+    x1, one1, short1, zero1, long1 = [st.f["targets"][0] for st in a.body[:1]] + [st.f["value"] for st in a.body]
+    (ret,) = b.body[0].f["body"]
+    x2, one2, short2, zero2, long2 = ret.f["value"].f["elts"]
+    assert x1.f == {"id": "x"} and x2.f is x1.f and b.body[0].f["decorators"][0].f is x1.f
+    assert one2.f is one1.f and short2.f is short1.f
+    assert zero2.f == zero1.f == {"value": 0.0} and zero2.f is not zero1.f
+    assert long2.f == long1.f == {"value": "d" * 100} and long2.f is not long1.f
+    assert "decorators" not in x1.f

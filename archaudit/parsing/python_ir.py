@@ -200,6 +200,12 @@ def _tab_errors(root, src: bytes) -> list[tuple[int, str]]:
 # identifier bytes -> their str, shared by every module converted in this process
 _NAMES: dict[bytes, str] = {}
 
+# (kind, type, value) -> the fields dict every name or constant node of that value shares. Names
+# are a third of the IR's nodes and constants a tenth; nothing writes a node's fields after
+# creation except a decorated def's or class's. Long strings (docstrings) are not kept.
+_LEAF_FIELDS: dict[tuple, dict] = {}
+_LEAF_MAX_STR = 64
+
 _COMPARE_OPS = {"<", ">", "<=", ">=", "==", "!=", "in", "is", "<>"}
 
 
@@ -235,6 +241,18 @@ class _Converter:
         if line is None:  # nodes of one line share its number (an int above 256 is an object)
             line = self._lines[row] = row + 1
         return line
+
+    def leaf(self, k: str, ts, key: str, value) -> N:
+        """A "name" or "const" node, with shared fields (see _LEAF_FIELDS)."""
+        row, col = ts.start_point
+        sb, eb = ts.byte_range
+        t = type(value)
+        if t is float or t is str and len(value) > _LEAF_MAX_STR:  # 0.0 == -0.0; docstrings
+            return N(k, self._line(row), col + 1, sb, eb, {key: value})
+        f = _LEAF_FIELDS.get((k, t, value))
+        if f is None:
+            f = _LEAF_FIELDS[(k, t, value)] = {key: value}
+        return N(k, self._line(row), col + 1, sb, eb, f)
 
     def text(self, ts) -> str:
         sb, eb = ts.byte_range
@@ -513,7 +531,7 @@ class _Converter:
     def _expr(self, ts) -> N:
         t = ts.type
         if t == "identifier":
-            return self.mk("name", ts, id=self.name(ts))
+            return self.leaf("name", ts, "id", self.name(ts))
         if t == "attribute":
             obj = ts.child_by_field_name("object")
             attr = ts.child_by_field_name("attribute")
@@ -545,18 +563,18 @@ class _Converter:
                     v = int(txt.lstrip("0") or "0")
                 except ValueError:
                     return self.mk("other", ts)
-            return self.mk("const", ts, value=v)
+            return self.leaf("const", ts, "value", v)
         if t == "float":
             try:
                 return self.mk("const", ts, value=float(self.text(ts).replace("_", "")))
             except ValueError:
                 return self.mk("other", ts)
         if t == "true":
-            return self.mk("const", ts, value=True)
+            return self.leaf("const", ts, "value", True)
         if t == "false":
-            return self.mk("const", ts, value=False)
+            return self.leaf("const", ts, "value", False)
         if t == "none":
-            return self.mk("const", ts, value=None)
+            return self.leaf("const", ts, "value", None)
         if t == "string":
             return self.string(ts)
         if t == "concatenated_string":
@@ -678,7 +696,7 @@ class _Converter:
             elif c.type == "escape_sequence":
                 chunks.append(_unescape(self.text(c)))
         if not is_f:
-            return self.mk("const", ts, value="".join(chunks))
+            return self.leaf("const", ts, "value", "".join(chunks))
         if chunks:
             parts.append(N("const", 0, 0, 0, 0, {"value": "".join(chunks)}))
         return self.mk("fstring", ts, parts=parts)
