@@ -163,3 +163,17 @@ def test_names_and_constants_share_their_fields():
     assert zero2.f == zero1.f == {"value": 0.0} and zero2.f is not zero1.f
     assert long2.f == long1.f == {"value": "d" * 100} and long2.f is not long1.f
     assert "decorators" not in x1.f
+
+
+def test_a_released_body_reads_again_as_before():
+    """LazyFields.release drops a converted body (memory between the gate scan and the
+    verdicts); reading it again converts it again, to the same IR."""
+    src = b"def f(x):\n    if x > 1:\n        return g(x)\n    return 0\n"
+    (d,) = parse_python(src, lazy=True).body
+    first = _plain(d.f["body"])
+    assert not d.f.is_pending
+    d.f.release()
+    assert d.f.is_pending and "body" not in dict.keys(d.f)
+    assert _plain(d.f["body"]) == first and list(d.f) == ["name", "params", "body", "decorators", "returns"]
+    eager = parse_python(src).body[0]
+    assert d.f.origin is not None and not isinstance(eager.f, LazyFields)

@@ -309,8 +309,8 @@ class _Converter:
                 f = LazyFields(name=self.text(name) if name else "?", params=params, decorators=[],
                                returns=self.opt_expr(ts.child_by_field_name("return_type")))
                 # the tree's shape, to check the def's re-parse against (see _def_node)
-                f.pending = (self.src, ts.start_byte, ts.end_byte, (row, col), tuple(ts.end_point), self.bdepth,
-                             hash(str(ts)))
+                f.pending = f.origin = (self.src, ts.start_byte, ts.end_byte, (row, col), tuple(ts.end_point),
+                                        self.bdepth, hash(str(ts)))
                 return N("def", self._line(row), col + 1, ts.start_byte, ts.end_byte, f)
             return self.mk(
                 "def",
@@ -778,11 +778,19 @@ class LazyFields(dict):
     """The fields of a "def" node whose "body" is converted on first read. Every way of reading
     the dict sees the body (converted then), so it behaves exactly like the eager dict."""
 
-    __slots__ = ("pending",)
+    __slots__ = ("pending", "origin")
 
     def __init__(self, *a, **k):
         dict.__init__(self, *a, **k)
         self.pending = None
+        self.origin = None  # what `pending` was: a converted body can be released (see release)
+
+    def release(self) -> None:
+        """Drop a converted body, to free its memory: the next read converts it again, to an
+        equal IR (new node objects)."""
+        if self.pending is None and self.origin is not None:
+            dict.pop(self, "body", None)
+            self.pending = self.origin
 
     def _force(self) -> None:
         pending = self.pending

@@ -290,6 +290,7 @@ def find_python_gates(source: Source, index: Index, reg: Registry, package_of, p
     scan.names = frozenset(names)
     scan.over_budget = sorted(set(interp.budget_exceeded), key=_owner_key)
     scan.gates = _to_gates(interp.gates, package_of)
+    index.on_evict.remove(interp.forget_module)  # nothing else keeps the interpreter's values
     return scan
 
 

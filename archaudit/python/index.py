@@ -13,7 +13,7 @@ from typing import Callable
 import re
 
 from ..model import Diagnostic
-from ..parsing.python_ir import N, ParsedModule, parse_python
+from ..parsing.python_ir import LazyFields, N, ParsedModule, parse_python
 from ..sources import Source
 
 # the words of a file: the prefilter workers split each file on this once, and both the gate
@@ -167,6 +167,21 @@ class Index:
             del self._mods[victim]
             for f in self.on_evict:
                 f(victim)
+
+    def release_bodies(self, keep=frozenset()) -> int:
+        """Drop every converted lazy function body (LazyFields.release) of the modules held but
+        those in `keep`: a body read again is converted again. The memory goes to the next
+        phase, which reads few of them. Returns how many were dropped."""
+        n = 0
+        for name, info in self._mods.items():
+            if name in keep:
+                continue
+            for node in info.functions.values() if info is not None else ():
+                f = node.f
+                if isinstance(f, LazyFields) and f.origin is not None and not f.is_pending:
+                    f.release()
+                    n += 1
+        return n
 
     def function_spans(self, name: str) -> list[tuple[str, int, int]]:
         """(qualname, start byte, end byte) of every function of a module, from its last parse
