@@ -175,19 +175,7 @@ def test_cache_cutoff_sees_a_comment_become_a_use(tmp_path):
     already has, `# obj.block_size`, is a use (an attribute): the module becomes relevant, so the
     early cutoff must not reuse the previous result (a view of which names occur where, not of
     which occurrences are uses, would)."""
-    tree = tmp_path / "tree"
-    shutil.copytree(FIXTURES / "pyrounds", tree)
-    t = time.time() - 10
-    for d, _, fs in os.walk(tree):
-        for f in fs:
-            os.utime(os.path.join(d, f), (t, t))
-    c = tmp_path / "c"
-    assert scan(tree, cache=Cache(c)).stats["python_modules_evaluated"] == 7
-    f = tree / "roundpkg" / "quiet.py"
-    f.write_bytes(f.read_bytes() + b"# obj.block_size\n")
-    r = scan(tree, cache=Cache(c))
-    assert r.cache["mode"] == "miss"
-    assert r.stats["python_modules_evaluated"] == 8 == scan(tree).stats["python_modules_evaluated"]
+    _append_and_rescan(tmp_path, "quiet.py", b"# obj.block_size\n")
 
 
 def test_a_uniform_unknown_term_does_not_hide_the_gate():
@@ -205,6 +193,13 @@ def test_cache_cutoff_sees_a_comment_make_a_receiver_not_only_an_import(tmp_path
     attributes reach nothing. A trailing comment `# import pipeline`, with words the file already
     has, is an import statement not understood: the name may now be bound to anything, the
     module becomes relevant, and the early cutoff must not reuse the previous result."""
+    _append_and_rescan(tmp_path, "outside.py", b"# import pipeline\n")
+
+
+def _append_and_rescan(tmp_path, name: str, comment: bytes) -> None:
+    """Scan a copy of fixtures/pyrounds with a cache, append `comment` to roundpkg/<name>, and
+    check the cached scan is redone (not cut off) and evaluates one more module, as a scan
+    without the cache does."""
     tree = tmp_path / "tree"
     shutil.copytree(FIXTURES / "pyrounds", tree)
     t = time.time() - 10
@@ -213,8 +208,8 @@ def test_cache_cutoff_sees_a_comment_make_a_receiver_not_only_an_import(tmp_path
             os.utime(os.path.join(d, f), (t, t))
     c = tmp_path / "c"
     assert scan(tree, cache=Cache(c)).stats["python_modules_evaluated"] == 7
-    f = tree / "roundpkg" / "outside.py"
-    f.write_bytes(f.read_bytes() + b"# import pipeline\n")
+    f = tree / "roundpkg" / name
+    f.write_bytes(f.read_bytes() + comment)
     r = scan(tree, cache=Cache(c))
     assert r.cache["mode"] == "miss"
     assert r.stats["python_modules_evaluated"] == 8 == scan(tree).stats["python_modules_evaluated"]
