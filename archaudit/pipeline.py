@@ -254,11 +254,11 @@ def _scan(path, targets, reg, progress, cache, workers) -> ScanResult:
     # the IR memory bound is proven exact for the gate scan only (tests/test_perf.py); the call
     # graph and the patcher keep their own references to modules, so nothing is evicted now
     index.ir_budget = None
-    # the function bodies the gate scan converted: the verdicts read few of them again, most
-    # of those in the modules that hold gates
-    gate_paths = {g.path for g in gates}
-    index.release_bodies(keep={m for m, p in index.path_of.items() if p in gate_paths})
     if targets:
+        # the function bodies the gate scan converted: the verdicts read few of them again, most
+        # of those in the modules that hold gates
+        gate_paths = {g.path for g in gates}
+        index.release_bodies(keep={m for m, p in index.path_of.items() if p in gate_paths})
         try:
             findings, patcher, tu_problems, not_evaluated = run_with_big_stack(
                 lambda: judge_scan(source, files, index, gates, targets, reg, path_based, say, cuda))
