@@ -220,9 +220,9 @@ def main() -> int:
         scaling = []
         for name in ("fi072only", "fi072", "fi072vllm"):
             root = corpus.site_packages(name)
-            runs = [run_measured(scan_cmd(root, work / f"scale-{name}.json", "--no-cache"), env_for(work / "x"))
-                    for _ in range(args.scaling_repeat)]
             out = work / f"scale-{name}.json"
+            runs = [run_measured(scan_cmd(root, out, "--no-cache"), env_for(work / "x"))
+                    for _ in range(args.scaling_repeat)]
             stats = json.loads(out.read_text()).get("stats", {}) if out.is_file() else {}
             scaling.append({"corpus": name, "packages": corpus.CORPORA[name], **prefilter_bytes(root),
                             # what the gate rounds evaluated in the end (the first round's prefilter

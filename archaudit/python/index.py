@@ -168,20 +168,16 @@ class Index:
             for f in self.on_evict:
                 f(victim)
 
-    def release_bodies(self, keep=frozenset()) -> int:
+    def release_bodies(self, keep=frozenset()) -> None:
         """Drop every converted lazy function body (LazyFields.release) of the modules held but
         those in `keep`: a body read again is converted again. The memory goes to the next
-        phase, which reads few of them. Returns how many were dropped."""
-        n = 0
+        phase, which reads few of them."""
         for name, info in self._mods.items():
-            if name in keep:
+            if name in keep or info is None:
                 continue
-            for node in info.functions.values() if info is not None else ():
-                f = node.f
-                if isinstance(f, LazyFields) and f.origin is not None and not f.is_pending:
-                    f.release()
-                    n += 1
-        return n
+            for node in info.functions.values():
+                if isinstance(node.f, LazyFields):
+                    node.f.release()  # a no-op unless converted
 
     def function_spans(self, name: str) -> list[tuple[str, int, int]]:
         """(qualname, start byte, end byte) of every function of a module, from its last parse
