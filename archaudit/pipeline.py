@@ -347,6 +347,27 @@ def _runtime_checks_worker(source: Source, cpp_files: list[str]):
 _CUDA: dict = {}
 # JIT sources named in Python code ("norm.cu", csrc / "x.cpp"): the TUs the warm-up reads first
 _NAMED_SOURCE = re.compile(rb"[\w.+-]+\.(?:cu|cpp|cc|cxx)\b")
+_SOURCE_SUFFIX = re.compile(rb"\.(?:cu|cpp|cc|cxx)\b")
+_NAME_BYTE = frozenset(b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_.+-")
+
+
+def named_sources(data: bytes) -> set[bytes]:
+    """set(_NAMED_SOURCE.findall(data)), searched from the suffixes: a match is a prefix of a
+    maximal run of name bytes (_NAME_BYTE), so each run holding a suffix is searched alone (the
+    pattern run over the whole file tries every offset of every name: seconds a corpus)."""
+    out: set[bytes] = set()
+    run_end = -1
+    for m in _SOURCE_SUFFIX.finditer(data):
+        if m.start() < run_end:
+            continue  # in the run searched last
+        start = m.start()
+        while start > 0 and data[start - 1] in _NAME_BYTE:
+            start -= 1
+        run_end = m.end()
+        while run_end < len(data) and data[run_end] in _NAME_BYTE:
+            run_end += 1
+        out.update(_NAMED_SOURCE.findall(data[start:run_end]))
+    return out
 
 
 def _cuda_warm(files: list[str], py_files: list[str]) -> int:
@@ -373,7 +394,7 @@ def _cuda_warm(files: list[str], py_files: list[str]) -> int:
             return 0
         data = source.read_quietly(p)
         if data is not None:
-            named.update(m.rsplit(b"/", 1)[-1] for m in _NAMED_SOURCE.findall(data))
+            named.update(named_sources(data))
     todo = deque(f for f in files if f.endswith((".cu", ".cpp", ".cc", ".cxx"))
                  and f.rsplit("/", 1)[-1].encode() in named)
     resolver = project.resolver.for_tu()  # the roots resolving adds stay its own

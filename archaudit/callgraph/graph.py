@@ -21,7 +21,7 @@ import networkx as nx
 
 from ..parsing.python_ir import N
 from ..python.index import WORD, Index, flatten_top
-from ..python.pybytes import ExternalRoots
+from ..python.pybytes import ExternalRoots, word_pattern
 from .resolve import Ctx, Ref, Resolver, iter_stmts, walk_exprs
 
 UNRESOLVED_PREFIX = "<unresolved:"
@@ -242,7 +242,7 @@ class CallGraph:
         if self._words is not None and _ASCII_WORD.fullmatch(wb):
             return self._words.get(wb, [])
         self._scans += 1
-        pat = re.compile(rb"\b" + re.escape(wb) + rb"\b")
+        pat = word_pattern(wb)
         # a substring test runs at memchr speed; the word-boundary regex only on hits
         return [m for m in sorted(self.index.path_of)
                 if wb in self.index.source_bytes(m) and pat.search(self.index.source_bytes(m))]
@@ -276,7 +276,7 @@ class CallGraph:
                 # a name this common would pull in a large part of the scan: say so, do not guess
                 self.skipped_callers[qualname] = len(cands)
                 cands = []
-            pat = re.compile(rb"\b" + re.escape(short.encode()) + rb"\b")
+            pat = word_pattern(short.encode())
             for m in cands:
                 data = self.index.source_bytes(m)
                 # the name's positions once per module, then each class/function that spans one;

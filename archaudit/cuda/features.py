@@ -131,6 +131,7 @@ def _rules():
     return tuple(ruleset.feature_rules())
 
 
+@lru_cache(maxsize=1)
 def rules_key() -> str:
     h = hashlib.sha1()
     for r in _rules():
@@ -225,6 +226,12 @@ def _anchor(pattern: str) -> str | None:
 
 def ptx_hits(text: str) -> list[tuple[str, int, str]]:
     """(rule id, offset, matched text) of every PTX rule matching an asm string."""
+    return list(_ptx_hits(text))
+
+
+@lru_cache(maxsize=8192)
+def _ptx_hits(text: str) -> tuple[tuple[str, int, str], ...]:
+    # the same asm templates recur across CUTLASS's headers (and a TU's expansions)
     out = []
     for r in _rules():
         if r.kind != "ptx":
@@ -235,7 +242,7 @@ def ptx_hits(text: str) -> list[tuple[str, int, str]]:
         m = r.pattern.search(text)
         if m:
             out.append((r.id, m.start(), m.group()))
-    return out
+    return tuple(out)
 
 
 # --- extraction ----------------------------------------------------------------------------------
@@ -251,17 +258,19 @@ _STOP = frozenset(
     cute cutlass flashinfer detail int2 int4 float2 float4 uint2 uint4 threadIdx blockIdx blockDim
     gridDim value type T N""".split()
 )
+# Each pattern below either starts with its literal (so `re` searches for that literal rather
+# than trying every offset: `\bX` is written `X(?<!\wX)`, and a lookbehind before X is moved
+# after it) or is only run on a body holding one of its literals (TRAP_WORDS, "asm").
 _ASM = re.compile(r"\b(?:asm|__asm__|__asm)\b(?:\s*(?:volatile|__volatile__|goto|inline)\b)*\s*\(")
-_TRAP = re.compile(
-    r"\b(__trap|__builtin_trap|CUTLASS_NOT_IMPLEMENTED|CUTE_INVALID_CONTROL_PATH)\s*\("
-)
+_TRAP_WORDS = ("__trap", "__builtin_trap", "CUTLASS_NOT_IMPLEMENTED", "CUTE_INVALID_CONTROL_PATH")
+_TRAP = re.compile(r"\b(" + "|".join(_TRAP_WORDS) + r")\s*\(")
 _STUBBY = re.compile(r"\b(?:assert|__brkpt|asm|__asm__|return|void|thread0)\b")
 _PRINTF = re.compile(r"\b(?:printf|CUTE_INVALID_CONTROL_PATH|CUTLASS_NOT_IMPLEMENTED)\s*\(")
 _SHARED = re.compile(
-    r"(?<!extern)(?<!extern )\b__shared__\s+((?:(?:__align__|alignas)\s*\(\s*\d+\s*\)\s*)?[\w:<>, ]*?)\s*\b([A-Za-z_]\w*)\s*((?:\[[^\]\[;]+\]\s*)+)(?:=[^;]*)?;"
+    r"__shared__(?<!\w__shared__)(?<!extern__shared__)(?<!extern __shared__)\s+((?:(?:__align__|alignas)\s*\(\s*\d+\s*\)\s*)?[\w:<>, ]*?)\s*\b([A-Za-z_]\w*)\s*((?:\[[^\]\[;]+\]\s*)+)(?:=[^;]*)?;"
 )
 _DYN_SMEM = re.compile(
-    r"\bcudaFuncSetAttribute\s*\(([^;]*?),\s*cudaFuncAttributeMaxDynamicSharedMemorySize\s*,\s*([^;]+?)\)\s*\)?\s*;"
+    r"cudaFuncSetAttribute(?<!\wcudaFuncSetAttribute)\s*\(([^;]*?),\s*cudaFuncAttributeMaxDynamicSharedMemorySize\s*,\s*([^;]+?)\)\s*\)?\s*;"
 )
 _TYPE_BYTES = {
     "char": 1, "int8_t": 1, "uint8_t": 1, "bool": 1, "__nv_fp8_e4m3": 1, "__nv_fp8_e5m2": 1,
@@ -271,6 +280,22 @@ _TYPE_BYTES = {
     "double": 8, "int64_t": 8, "uint64_t": 8, "float2": 8, "int2": 8, "uint2": 8, "long": 8,
     "float4": 16, "int4": 16, "uint4": 16, "double2": 16,
 }
+
+
+@lru_cache(maxsize=None)
+def _lead_ident(literal: str) -> str | None:
+    """The identifier a literal starts with, or None when it starts with no letter or `_`
+    (an identifier of cpp.IDENT is the rest of a run of word characters from its first letter
+    or `_` on: a literal starting with a letter or `_` lies inside one, its leading word part
+    too)."""
+    m = cpp.IDENT.match(literal)
+    return m.group() if m else None
+
+
+def _lead_in(literal: str, words: str) -> bool:
+    """False only when `literal` cannot occur in the body whose identifiers `words` joins."""
+    lead = _lead_ident(literal)
+    return lead is None or lead in words
 
 
 def _segments(prog: Program, start: int, end: int):
@@ -409,6 +434,9 @@ def extract(path: str, data: bytes | str) -> FileFacts:
             if words:
                 tokens.setdefault((idx, rid), set()).update(words)
     frozen = {k: frozenset(v - _STOP) for k, v in tokens.items()}
+    # every identifier of the body, a small fraction of its size: a rule's literal prefix can
+    # only be in the body if its leading identifier part is in one of them (_lead_ident)
+    words = "\n".join(set().union(*tokens.values()))
 
     def top_at(off: int) -> int:
         return st.top_owner_at(off)
@@ -417,7 +445,7 @@ def extract(path: str, data: bytes | str) -> FileFacts:
     asm: list[AsmFacts] = []
     traps: list[TrapSite] = []
     trap_offs: list[int] = []
-    for m in _ASM.finditer(body):
+    for m in _ASM.finditer(body) if "asm" in body else ():
         pieces, _end = _asm_pieces(sc, m.end() - 1)
         line = sc.line_of(m.start())
         rid = prog.region_of(m.start())
@@ -432,7 +460,7 @@ def extract(path: str, data: bytes | str) -> FileFacts:
                 trap_offs.append(m.start())
         asm.append(AsmFacts(line, rid, top_at(m.start()), tuple(pieces), tuple(hits)))
 
-    for m in _TRAP.finditer(body):
+    for m in _TRAP.finditer(body) if any(w in body for w in _TRAP_WORDS) else ():
         kind = m.group(1)
         if kind == "__trap" or kind == "__builtin_trap":
             # a declaration (`void __trap()`) is not a call
@@ -450,7 +478,7 @@ def extract(path: str, data: bytes | str) -> FileFacts:
         if r.kind == "ptx":
             continue
         prefixes = _literal_prefixes(r.pattern.pattern)
-        if prefixes is not None and not any(pf in body for pf in prefixes):
+        if prefixes is not None and not any(_lead_in(pf, words) and pf in body for pf in prefixes):
             continue  # a substring test is far cheaper than scanning the file with the regex
         anchor = _anchor(r.pattern.pattern)
         if anchor and anchor not in body:

@@ -182,10 +182,18 @@ def find_python_gates(source: Source, index: Index, reg: Registry, package_of, p
             v = trig[m] = f[0] if f is not None else triggers.search(index.source_bytes(m)) is not None
         return v
 
-    def matches(data: bytes, start: int, end: int, mod_trig: bool, occ: list[tuple[int, int]] | None) -> bool:
+    # and whether a function's span holds one: asked again each round until the function is reported
+    span_trig: dict[tuple[str, str], bool] = {}
+
+    def matches(modname: str, qual: str, data: bytes, start: int, end: int, mod_trig: bool,
+                occ: list[tuple[int, int]] | None) -> bool:
         """occ: reaching() of the module."""
-        if mod_trig and triggers.search(data, start, end):
-            return True
+        if mod_trig:
+            t = span_trig.get((modname, qual))
+            if t is None:
+                t = span_trig[(modname, qual)] = triggers.search(data, start, end) is not None
+            if t:
+                return True
         return bool(occ) and any_use(data, occ, start, end)
 
     imports: dict[str, tuple | None] = {}
@@ -257,7 +265,7 @@ def find_python_gates(source: Source, index: Index, reg: Registry, package_of, p
                 # evaluated for the tests inside it (its `def` line is not a use, see _is_use)
                 own = qual.rsplit(".", 1)[-1]
                 if (modname, qual) not in reported and (
-                        (own in names and modname in homes[own.encode()]) or matches(src, sb, eb, mt, occ)):
+                        (own in names and modname in homes[own.encode()]) or matches(modname, qual, src, sb, eb, mt, occ)):
                     todo.append((modname, qual))
         for i, (modname, qual) in enumerate(todo):
             if progress and i % 50 == 0:

@@ -14,6 +14,16 @@ WORD_BYTE = bytes(1 if chr(b).isascii() and (chr(b).isalnum() or chr(b) == "_") 
 DIGIT_BYTE = bytes(1 if 48 <= b <= 57 else 0 for b in range(256))
 
 
+def word_pattern(word: bytes) -> re.Pattern:
+    """The pattern rb"\\bWORD\\b", written to start with WORD's literal when WORD starts with a
+    word byte (`\\b` there is "no word byte before"): `re` then finds the literal by a fast
+    search instead of trying the pattern at every offset."""
+    w = re.escape(word)
+    if word and WORD_BYTE[word[0]]:
+        return re.compile(w + rb"(?<!\w" + w + rb")\b")
+    return re.compile(rb"\b" + w + rb"\b")
+
+
 def name_occurrences(data: bytes, names) -> list[tuple[int, int]]:
     """Sorted (offset, length) of every occurrence of each name's bytes in data (substring
     search: `ident_at` decides which are identifiers)."""
