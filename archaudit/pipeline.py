@@ -16,16 +16,18 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from .cache import Cache
 from .model import Diagnostic, Finding, Gate
-from .cuda.runtime_checks import scan_runtime_checks
-from .python.gates import find_python_gates
-from .python.index import WORD, Index
 from .sources import Distribution, Source, SourceError, WheelSource, open_source
 from .targets import Registry, TargetRequest, registry
 
+if TYPE_CHECKING:
+    from .python.index import Index
+
+# The analyses (parsers, interpreter, CUDA readers) are imported where a scan runs them: a
+# cache hit, the warm re-scan users wait for, needs none of them.
 Progress = Callable[..., None]
 CPP_SUFFIXES = (".cu", ".cuh", ".h", ".hpp", ".cc", ".cpp", ".cxx", ".inl")
 
@@ -215,6 +217,10 @@ def _scan(path, targets, reg, progress, cache, workers) -> ScanResult:
             return ScanResult(root=root, packages=dists, gates=list(payload["gates"]),
                               diagnostics=list(payload["diagnostics"]), targets=targets,
                               findings=list(payload["findings"]), stats=stats, cache=info)
+    from .cuda.runtime_checks import scan_runtime_checks
+    from .python.gates import find_python_gates
+    from .python.index import Index
+
     facts = fp.facts if fp is not None else None
     if fp is None and workers > 1:
         facts = _prefilter_facts(source, py_files, workers, say)
@@ -340,6 +346,8 @@ def _with_reads(source: Source, fn):
 
 def _runtime_checks_worker(source: Source, cpp_files: list[str]):
     """In a forked process: the checks, and what reading the files told the Source."""
+    from .cuda.runtime_checks import scan_runtime_checks
+
     return _with_reads(source, lambda: scan_runtime_checks(_Reader(source), cpp_files))
 
 
@@ -580,6 +588,7 @@ def _inputs_unchanged(source: Source, fp) -> bool:
 def _cutoff(source: Source, fp, prev: dict | None, store: Cache, tnames: list[str]) -> dict | None:
     """The previous result, if every changed file provably cannot change it (see scancache)."""
     from .python.gates import cutoff_view
+    from .python.index import WORD
     from .scancache import CUTOFF_MAX_FILES, rebuild_old
     from .sources import MAX_FILE_BYTES
 
