@@ -138,13 +138,23 @@ def reportable(result, read_line=None) -> list[Reported]:
     return out
 
 
-def line_reader(source):
-    """read_line for a Source (bytes are decoded leniently; files are read once)."""
+def _can_suppress(data: bytes) -> bool:
+    """Can the decoded bytes hold a _SUPPRESS match? It needs "archaudit" in some case; with
+    re.I, an "i" also matches the dotless and dotted capital i (U+0131, U+0130)."""
+    return b"archaudit" in data.lower() or b"\xc4\xb1" in data or b"\xc4\xb0" in data
+
+
+def line_reader(source, only_suppressions: bool = False):
+    """read_line for a Source (bytes are decoded leniently; files are read once).
+    only_suppressions: the caller only looks for suppression comments, so a file that cannot
+    hold one reads as having no lines, without decoding it (_can_suppress)."""
     cache: dict[str, list[str] | None] = {}
 
     def read_line(path: str, line: int) -> str | None:
         if path not in cache:
             data = source.read(path)
+            if data is not None and only_suppressions and not _can_suppress(data):
+                data = None
             cache[path] = data.decode("utf-8", "replace").splitlines() if data is not None else None
         lines = cache[path]
         if lines is None or not 1 <= line <= len(lines):

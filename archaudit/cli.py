@@ -39,11 +39,7 @@ def parse_targets(names: tuple[str, ...]):
               help="Processes for reading and prefiltering files (default: the usable cores).")
 def scan(path, targets, fmt, output, quiet, baseline_file, fail_on, repo_root, sarif_inventory, no_cache, workers):
     """Scan a site-packages directory, a source tree or a wheel (default: this Python's site-packages)."""
-    from rich.console import Console
-
     from .cli_common import scan_with_progress
-    from .report.jsonout import to_json
-    from .report.text import render_table, render_text
     from .targets import registry
 
     ci = cli_ci.ScanCI(fmt, output, baseline_file, fail_on, repo_root, sarif_inventory)
@@ -55,10 +51,18 @@ def scan(path, targets, fmt, output, quiet, baseline_file, fail_on, repo_root, s
     if fmt == "sarif":
         text = None
     elif fmt == "json":
+        from .report.jsonout import to_json
+
         text = to_json(result, reg)
     elif fmt == "text" or output:
+        from .report.text import render_text
+
         text = render_text(result, reg)
     else:
+        from rich.console import Console
+
+        from .report.text import render_table
+
         render_table(result, reg, Console())
         text = None
     if text is not None and output:

@@ -58,7 +58,7 @@ def _items(result, suppress: bool = True):
     reader = None
     if suppress:
         try:
-            reader = line_reader(open_source(result.root))
+            reader = line_reader(open_source(result.root), only_suppressions=True)
         except SourceError:
             reader = None
     return reportable(result, reader)

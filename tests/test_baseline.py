@@ -6,12 +6,13 @@ import shutil
 import pytest
 from click.testing import CliRunner
 
-from archaudit.baseline import (NOT_JUDGED, expr_skeleton, fingerprint, gate_keys, parse_fail_on,
+from archaudit.baseline import (NOT_JUDGED, expr_skeleton, fingerprint, gate_keys, line_reader, parse_fail_on,
                                 parse_suppression, reportable)
 from archaudit.cli import main
 from archaudit.model import HARDWARE_BOUND, UNRESOLVED, VERDICTS, Finding, Gate
 from archaudit.pipeline import ScanResult
 from archaudit.repo import Pin, find_repo_root, repo_context
+from archaudit.sources import open_source
 
 from conftest import FIXTURES
 
@@ -59,6 +60,16 @@ def test_suppression_comments():
     assert parse_suppression("x = 1  # archaudit: ignore") == frozenset()
     assert parse_suppression("  TORCH_CHECK(sm >= 90);  // archaudit: ignore[hardware-bound]") == frozenset({"hardware-bound"})
     assert parse_suppression("if x:  # noqa") is None
+
+
+def test_line_reader_for_suppressions_skips_only_files_that_cannot_hold_one(tmp_path):
+    (tmp_path / "a.py").write_text("x = 1\nif f():  # ARCHAUDIT: Ignore[unresolved]\n")
+    (tmp_path / "b.py").write_text("x = 1\nif f():  # archaud\u0131t: ignore\n")  # re.I: dotless i
+    (tmp_path / "c.py").write_text("x = 1\nif f():  # noqa\n")
+    full, quick = line_reader(open_source(tmp_path)), line_reader(open_source(tmp_path), only_suppressions=True)
+    for name in ("a.py", "b.py"):
+        assert quick(name, 2) == full(name, 2) and parse_suppression(quick(name, 2)) is not None
+    assert full("c.py", 2) == "if f():  # noqa" and quick("c.py", 2) is None
 
 
 def test_fail_on_parsing():
