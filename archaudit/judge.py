@@ -647,16 +647,20 @@ def _admitted_arm(gate: Gate, arm: str) -> bool:
 
 
 def _binary_sinks_in(analysis, functions: set[str]) -> list:
-    from .binary.sinks import sinks_in_function
+    from .binary.sinks import sink_finder, sinks_in_function
 
     cache = analysis.__dict__.setdefault("_binary_sinks", {})
     out = []
     for fn in sorted(f for f in functions if f):
         if fn not in cache:
+            finder = analysis.__dict__.get("_sink_finder")
+            if finder is None:
+                finder = analysis.__dict__["_sink_finder"] = sink_finder(analysis.index, analysis.source)
             try:
-                cache[fn] = sinks_in_function(analysis.index, fn, analysis.source)
+                cache[fn] = sinks_in_function(analysis.index, fn, analysis.source, finder)
             except RecursionError:
                 cache[fn] = []
+                analysis.__dict__["_sink_finder"] = None  # it may keep a module's partial answer
         out += cache[fn]
     return out
 

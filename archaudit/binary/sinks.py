@@ -532,10 +532,22 @@ def binary_sinks(index, source=None, modules=None, rules: Rules | None = None) -
     return out
 
 
-def sinks_in_function(index, function: str, source=None) -> list[BinarySink]:
-    """The sinks whose enclosing function is `function` ("pkg.mod.func")."""
-    mods = [m for m in index.path_of if function == m or function.startswith(m + ".")]
-    return [s for s in binary_sinks(index, source, modules=mods) if s.function == function]
+def sink_finder(index, source=None) -> _Finder:
+    """A finder to pass to sinks_in_function for many functions: its module answers are kept."""
+    return _Finder(index, load_rules(), source)
+
+
+def sinks_in_function(index, function: str, source=None, finder: _Finder | None = None) -> list[BinarySink]:
+    """The sinks whose enclosing function is `function` ("pkg.mod.func"). finder: from
+    sink_finder(index, source), to reuse across calls (a module's sinks are found once)."""
+    parts = function.split(".")
+    # the modules whose dotted name is a prefix of the function's (itself included)
+    mods = sorted({m for m in (".".join(parts[:k]) for k in range(1, len(parts) + 1)) if m in index.path_of})
+    if finder is None:
+        return [s for s in binary_sinks(index, source, modules=mods) if s.function == function]
+    out = [s for m in mods for s in finder.module_sinks(m) if s.function == function]
+    out.sort(key=lambda s: (s.path, s.line, s.col, s.kind))
+    return out
 
 
 def runs_target(sink: BinarySink, gpu, reg=None) -> str:
