@@ -38,6 +38,19 @@ def test_worker_facts_equal_in_process_facts(monkeypatch):
     assert facts["gatepkg/features.py"][0] is True
 
 
+def test_prefilter_trigger_read_from_the_words_as_from_the_bytes():
+    """byte_facts looks for the in-word triggers in the file's words: the same answer as the
+    whole pattern over the bytes, at a word's end, inside a word and across non-word bytes."""
+    from archaudit.python.gates import byte_facts, trigger_pattern
+
+    cases = [b"x = is_sm90_supported()", b"if xis_sm9:", b"is_sm", b"is_smx9", b"get_device_sm",
+             b"props.device_sm\n", b"device_sm_count", b"device_sm9", b"nvcc --gpu-arch=compute_90",
+             b"arch = compute_90", b"-gencode", b"flags = extra_cuda_cflags", b"# sm_version", b"smversion"]
+    got = [byte_facts(c)[0] for c in cases]
+    assert got == [trigger_pattern().search(c) is not None for c in cases]
+    assert got == [True, True, False, False, True, True, False, False, True, False, True, True, True, False]
+
+
 def test_cli_cache_and_workers_options(tmp_path, monkeypatch):
     tree = tmp_path / "t"
     shutil.copytree(FIXTURES / "pygates", tree)

@@ -35,10 +35,13 @@ from .pybytes import (IDENT, SPACE, WORD_BYTE, ExternalRoots, ident_at, module_i
 
 # Bytes that can start an architecture test in Python source. Deliberately not `sm90` alone:
 # flashinfer names hundreds of kernels *_sm90_*, and a name is not a test.
-TRIGGERS = (
-    rb"is_sm\d|has_sm\d|device_capability|compute_capability|cuda_capability|get_device_sm|sm_version"
-    rb"|supported_major_versions|gencode|arch=compute|CUDA_ARCH_LIST|get_device_properties|device_sm\b"
+TRIGGER_ALTERNATIVES = (
+    rb"is_sm\d", rb"has_sm\d", b"device_capability", b"compute_capability", b"cuda_capability", b"get_device_sm",
+    b"sm_version", b"supported_major_versions", b"gencode", b"arch=compute", b"CUDA_ARCH_LIST",
+    b"get_device_properties", rb"device_sm\b",
 )
+# an alternative made of word bytes, `\d` and `\b` only matches inside one run of word bytes
+_IN_A_WORD = re.compile(rb"(?:[A-Za-z0-9_]|\\d|\\b)+")
 
 
 # an identifier (IDENT) is a word (index.WORD) without its leading digits, so one pass over
@@ -46,18 +49,35 @@ TRIGGERS = (
 _DIGITS = b"0123456789"
 
 
+def _trigger_alternatives() -> list[bytes]:
+    """TRIGGER_ALTERNATIVES plus the JIT flag keywords of rules/gates.toml (as Interp's Rules
+    reads them)."""
+    kws = set(load_rule("gates").get("jit_builders", {}).get("flag_keywords", []))
+    return [*TRIGGER_ALTERNATIVES, *(re.escape(k.encode()) for k in sorted(kws))]
+
+
 @lru_cache(maxsize=1)
 def trigger_pattern() -> re.Pattern:
-    """TRIGGERS plus the JIT flag keywords of rules/gates.toml (as Interp's Rules reads them)."""
-    kws = set(load_rule("gates").get("jit_builders", {}).get("flag_keywords", []))
-    return re.compile(TRIGGERS + b"|" + b"|".join(re.escape(k.encode()) for k in sorted(kws)))
+    return re.compile(b"|".join(_trigger_alternatives()))
+
+
+@lru_cache(maxsize=1)
+def _split_triggers() -> tuple[re.Pattern, re.Pattern | None]:
+    """trigger_pattern() as the alternatives that match inside one word, and the others."""
+    alts = _trigger_alternatives()
+    rest = [a for a in alts if not _IN_A_WORD.fullmatch(a)]
+    return re.compile(b"|".join(a for a in alts if a not in rest)), re.compile(b"|".join(rest)) if rest else None
 
 
 def byte_facts(data: bytes) -> tuple[bool, bytes]:
     """What the prefilter asks of a whole file: does it hold a trigger, and its words (`WORD`;
     sorted, newline-joined: one compact object to hand between processes). Its identifiers
-    are `fact_idents` of those words; the call graph's word index takes the words as they are."""
-    return trigger_pattern().search(data) is not None, b"\n".join(sorted(set(WORD.findall(data))))
+    are `fact_idents` of those words; the call graph's word index takes the words as they are.
+    A trigger inside a word is looked for in the words, a fifth of the bytes: each word is a
+    maximal run of word bytes, and the newline after it ends it as what followed it did."""
+    words = b"\n".join(sorted(set(WORD.findall(data))))
+    in_word, rest = _split_triggers()
+    return in_word.search(words) is not None or (rest is not None and rest.search(data) is not None), words
 
 
 def fact_idents(words: bytes) -> frozenset:
