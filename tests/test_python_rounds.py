@@ -4,6 +4,7 @@ reaches another module only through an import, an attribute or a string, and not
 attribute of a package outside the scan (receiver_roots, receiver_chain). Also the second
 reading of a gate test with GPU-independent unknowns kept (fixtures/pyunknown)."""
 import os
+import re
 import shutil
 import time
 
@@ -155,6 +156,14 @@ def test_receiver_roots(text, roots):
 ])
 def test_receiver_chain(text, chain):
     assert B.receiver_chain(text, text.index(b"create")) == chain
+
+
+@pytest.mark.parametrize("word", [b"create", b"f", b"_x1", b"\xc3\xa9t\xc3\xa9"])
+def test_word_pattern_finds_what_the_plain_word_boundary_pattern_finds(word):
+    text = b"create fcreate create_ _create create1 (create) f ff _x1 a_x1 \xc3\xa9t\xc3\xa9 x\xc3\xa9t\xc3\xa9y " * 2
+    plain = re.compile(rb"\b" + re.escape(word) + rb"\b")
+    got = [m.start() for m in B.word_pattern(word).finditer(text)]
+    assert got == [m.start() for m in plain.finditer(text)] and got
 
 
 def test_an_attribute_of_a_package_outside_the_scan_reaches_only_a_meaningful_name():

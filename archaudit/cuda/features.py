@@ -260,7 +260,7 @@ _STOP = frozenset(
 )
 # Each pattern below either starts with its literal (so `re` searches for that literal rather
 # than trying every offset: `\bX` is written `X(?<!\wX)`, and a lookbehind before X is moved
-# after it) or is only run on a body holding one of its literals (TRAP_WORDS, "asm").
+# after it) or is only run on a body holding one of its literals (_TRAP_WORDS, "asm").
 _ASM = re.compile(r"\b(?:asm|__asm__|__asm)\b(?:\s*(?:volatile|__volatile__|goto|inline)\b)*\s*\(")
 _TRAP_WORDS = ("__trap", "__builtin_trap", "CUTLASS_NOT_IMPLEMENTED", "CUTE_INVALID_CONTROL_PATH")
 _TRAP = re.compile(r"\b(" + "|".join(_TRAP_WORDS) + r")\s*\(")
