@@ -138,6 +138,14 @@ def summary(runs: list[dict]) -> dict:
     return {"runs": runs, **{f"median_{k}": med(runs, k) for k in ("wall_s", "cpu_s", "rss_mb", "load1")}}
 
 
+def compile_package() -> str:
+    """Byte-compile the archaudit that `python -m archaudit` runs here (as scan_cmd does)."""
+    where = subprocess.run([sys.executable, "-c", "import archaudit, os; print(os.path.dirname(archaudit.__file__))"],
+                           capture_output=True, text=True).stdout.strip()
+    ok = bool(where) and subprocess.run([sys.executable, "-m", "compileall", "-q", where]).returncode == 0
+    return f"compiled before the runs, as pip install does ({where})" if ok else "not compiled: each run compiles it"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeat", type=int, default=3, help="floor, warm and touched runs")
@@ -153,6 +161,10 @@ def main() -> int:
     work.mkdir(parents=True, exist_ok=True)
     result: dict = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                                 "started": time.strftime("%Y-%m-%d %H:%M:%S")}}
+    # the state `pip install` leaves: archaudit's modules byte-compiled (a checkout run with
+    # PYTHONDONTWRITEBYTECODE, as here, would otherwise compile them on every run: about 0.3 s
+    # of a warm run)
+    result["machine"]["bytecode"] = compile_package()
     src = corpus.site_packages("fi072")
     tree = work / "fi072"
     private_copy(src, tree)
@@ -259,7 +271,8 @@ def render(r: dict) -> str:
         rows.append(f"| {label} | {s['median_wall_s']} | {s['median_cpu_s']} | {s['median_rss_mb']} | "
                     f"{s['median_load1']} | {ratio} |")
     out = ["# archaudit performance: flashinfer-python 0.7.2.post1 + sglang 0.5.23, --target sm_120", "",
-           f"started {r['machine']['started']}, {r['machine']['cpus']} CPUs, Python {r['machine']['python']}", "",
+           f"started {r['machine']['started']}, {r['machine']['cpus']} CPUs, Python {r['machine']['python']}; "
+           f"archaudit's bytecode {r['machine'].get('bytecode', '?')}", "",
            *rows, "",
            f"Python bytes {f['python_bytes']:,}; passing the first-round byte prefilter {f['prefilter_bytes']:,} "
            f"({f['prefilter_files']} files).", "",
