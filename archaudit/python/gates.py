@@ -66,15 +66,16 @@ def _split_triggers() -> tuple[re.Pattern, re.Pattern | None]:
     """trigger_pattern() as the alternatives that match inside one word, and the others."""
     alts = _trigger_alternatives()
     rest = [a for a in alts if not _IN_A_WORD.fullmatch(a)]
-    return re.compile(b"|".join(a for a in alts if a not in rest)), re.compile(b"|".join(rest)) if rest else None
+    return re.compile(b"|".join(a for a in alts if a not in rest)), (re.compile(b"|".join(rest)) if rest else None)
 
 
 def byte_facts(data: bytes) -> tuple[bool, bytes]:
     """What the prefilter asks of a whole file: does it hold a trigger, and its words (`WORD`;
     sorted, newline-joined: one compact object to hand between processes). Its identifiers
     are `fact_idents` of those words; the call graph's word index takes the words as they are.
-    A trigger inside a word is looked for in the words, a fifth of the bytes: each word is a
-    maximal run of word bytes, and the newline after it ends it as what followed it did."""
+    A trigger that lies inside a word (all but `arch=compute`) is looked for in the words, a
+    fifth of the bytes: each word is a maximal run of word bytes, so the newline after it ends
+    it for `\\b` as what followed it in the file did. The others are looked for in the bytes."""
     words = b"\n".join(sorted(set(WORD.findall(data))))
     in_word, rest = _split_triggers()
     return in_word.search(words) is not None or (rest is not None and rest.search(data) is not None), words
