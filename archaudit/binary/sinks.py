@@ -544,7 +544,7 @@ def sinks_in_function(index, function: str, source=None, finder: _Finder | None 
     # the modules whose dotted name is a prefix of the function's (itself included)
     mods = sorted({m for m in (".".join(parts[:k]) for k in range(1, len(parts) + 1)) if m in index.path_of})
     if finder is None:
-        return [s for s in binary_sinks(index, source, modules=mods) if s.function == function]
+        finder = sink_finder(index, source)
     out = [s for m in mods for s in finder.module_sinks(m) if s.function == function]
     out.sort(key=lambda s: (s.path, s.line, s.col, s.kind))
     return out

@@ -12,6 +12,7 @@ IDENT = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
 # bytes that continue an identifier (IDENT's second class) and digits, as lookup tables
 WORD_BYTE = bytes(1 if chr(b).isascii() and (chr(b).isalnum() or chr(b) == "_") else 0 for b in range(256))
 DIGIT_BYTE = bytes(1 if 48 <= b <= 57 else 0 for b in range(256))
+SPACE = b" \t"
 
 
 def word_pattern(word: bytes) -> re.Pattern:
@@ -50,11 +51,6 @@ def ident_at(data: bytes, p: int, n: int, start: int, end: int) -> bool:
         if not DIGIT_BYTE[data[j]]:
             return False  # inside a longer identifier
     return True
-
-
-
-
-SPACE = b" \t"
 
 
 def _import_segment(data: bytes, i: int) -> tuple[int, int]:
