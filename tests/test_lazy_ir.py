@@ -177,3 +177,16 @@ def test_a_released_body_reads_again_as_before():
     assert _plain(d.f["body"]) == first and list(d.f) == ["name", "params", "body", "decorators", "returns"]
     eager = parse_python(src).body[0]
     assert d.f.origin is not None and not isinstance(eager.f, LazyFields)
+
+
+@pytest.mark.parametrize("src", [
+    b"print 'x'\n", b"  print x\n", b"x = 1\n\tprint  y\n", b"a\n\fprint x\n", b"exec code\n",
+    b"print(x)\n", b"print (x)\n", b"print = 1\n", b"print.x\n", b"printx y\n", b"y = 1; print x\n",
+    b"# we print the value\n", b"    # print the value\n", b"s = '''\nprint the value\n'''\n",
+    b"x = `y`\n", b"if a <> b: pass\n", b"", b"print", b"print x", b"\nexec\tfoo\n", b"xprint y\n",
+    b"f(x)\nprint\n x\n", "print \u00e9\n".encode(),
+])
+def test_py2_hint_is_the_anchored_pattern(src):
+    """The hint that decides whether to look for Python 2 syntax tests the literals first and
+    the print/exec shape where it is: the same answer as the `^`-anchored pattern."""
+    assert python_ir._py2_hint(src) == (python_ir._PY2_HINT.search(src) is not None)

@@ -89,3 +89,39 @@ def test_missing_path_exits_2(tmp_path):
     r = CliRunner().invoke(main, ["scan", str(tmp_path / "nope")])
     assert r.exit_code == 2
     assert "no such file" in r.output
+
+
+def test_class_attributes_found_through_the_mro(tmp_path, reg):
+    """Attribute lookups on classes (Interp.class_member, which indexes each class body once):
+    a class's own member, one inherited from its base, a method and a nested class, asked in
+    turn of the same classes."""
+    pkg = tmp_path / "clspkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_bytes(b"")
+    (pkg / "m.py").write_bytes(
+        b"import torch\n"
+        b"class Base:\n"
+        b"    THRESH = 9\n"
+        b"    MINOR = 0\n"
+        b"    def ok(self):\n"
+        b"        return True\n"
+        b"class Cfg(Base):\n"
+        b"    THRESH = 10\n"
+        b"    class Inner:\n"
+        b"        pass\n"
+        b"    def a(self):\n"
+        b"        if torch.cuda.get_device_capability()[0] >= self.THRESH:\n"
+        b"            return 1\n"
+        b"    def b(self):\n"
+        b"        if torch.cuda.get_device_capability()[0] == self.THRESH + 2 + self.MINOR:\n"
+        b"            return 1\n"
+        b"    def c(self):\n"
+        b"        if self.ok() and self.Inner and torch.cuda.get_device_capability()[0] == Base.THRESH:\n"
+        b"            return 1\n"
+    )
+    got = [(g.line, reg.sort_names(g.admits)) for g in scan(tmp_path).gates]
+    assert got == [
+        (12, ["sm_100", "sm_103", "sm_107", "sm_110", "sm_120", "sm_121"]),
+        (15, ["sm_120", "sm_121"]),
+        (18, ["sm_90"]),
+    ]

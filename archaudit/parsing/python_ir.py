@@ -73,9 +73,10 @@ def parse_python(src: bytes, shallow: bool = False, lazy: bool = False) -> Parse
     if tree.root_node.has_error:
         errors = _first_errors(tree.root_node)
     errors.extend(conv.problems)
-    if _TAB_INDENT.search(src):
+    # `^`-anchored patterns are tried at every offset: test the bytes they need first
+    if b"\t" in src and _TAB_INDENT.search(src):
         errors.extend(_tab_errors(tree.root_node, src))
-    if _PY2_HINT.search(src):
+    if _py2_hint(src):
         errors.extend(_py2_errors(tree.root_node, src))
     errors.sort()
     return ParsedModule(body, src, errors, shallow)
@@ -116,6 +117,19 @@ def _error_point(n):
 # Python 2 constructs tree-sitter-python accepts silently: print/exec statements, `x`, <>.
 # Searched in the whole tree (function bodies too, even for a shallow parse), after a byte test.
 _PY2_HINT = re.compile(rb"^[ \t]*(?:print|exec)[ \t]+[^\s(=.,)\[\]:;]|`|<>", re.M)
+_PY2_STATEMENT = re.compile(rb"(?:print|exec)[ \t]+[^\s(=.,)\[\]:;]")
+
+
+def _py2_hint(src: bytes) -> bool:
+    """_PY2_HINT.search(src) is not None, without trying `^` at every offset: the literals
+    first, then each print/exec statement shape whose line holds only blanks before it."""
+    if b"`" in src or b"<>" in src:
+        return True
+    for m in _PY2_STATEMENT.finditer(src):
+        start = m.start()
+        if not src[src.rfind(b"\n", 0, start) + 1 : start].strip(b" \t"):
+            return True
+    return False
 
 
 @lru_cache(maxsize=1)

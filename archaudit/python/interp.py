@@ -203,6 +203,8 @@ class Interp:
         # functions whose result depends on the GPU: full name -> module
         self.arch_functions: dict[str, str] = {}
         self.arch_module_globals: dict[str, set[str]] = {}  # module -> its globals found to depend on the GPU
+        # (module, class qualname) -> (class node, its members by name): see _members
+        self._class_members: dict[tuple[str, str], tuple[N, dict, dict]] = {}
         self._cap_tuple = self.dom.per([(g.major, g.minor) for g in self.gpus])
         self._cap_sm = self.dom.per([g.cc for g in self.gpus])
         self._cap_major = self.dom.per([g.major for g in self.gpus])
@@ -436,18 +438,37 @@ class Interp:
             if cn is None:
                 continue
             mod, node = cn
-            for st in node.f["body"]:
-                if st.k == "def" and st.f["name"] == name:
+            defs, assigns = self._members(mod.name, k.qual, node)
+            st = defs.get(name)
+            if st is not None:
+                if st.k == "def":
                     return FuncRef(mod.name, f"{k.qual}.{name}", st.sb), st, k
-                if st.k == "class" and st.f["name"] == name:
-                    return ClassRef(mod.name, f"{k.qual}.{name}"), None, k
-            for st in node.f["body"]:
-                if st.k == "assign":
-                    for t in st.f["targets"]:
-                        if t.k == "name" and t.f["id"] == name and st.f["value"] is not None:
-                            frame = Frame(mod, {}, self.ALL, mod.name, None, False, True)
-                            return self.eval(st.f["value"], frame), None, k
+                return ClassRef(mod.name, f"{k.qual}.{name}"), None, k
+            st = assigns.get(name)
+            if st is not None:
+                frame = Frame(mod, {}, self.ALL, mod.name, None, False, True)
+                return self.eval(st.f["value"], frame), None, k
         return None
+
+    def _members(self, modname: str, qual: str, node: N) -> tuple[dict, dict]:
+        """A class body's first def or class of each name, and its first assignment of a value
+        to each name, in body order: what a search of the body for one name finds (attribute
+        lookups on large classes searched their bodies again and again)."""
+        key = (modname, qual)
+        got = self._class_members.get(key)
+        if got is not None and got[0] is node:  # the module may have been parsed again
+            return got[1], got[2]
+        defs: dict[str, N] = {}
+        assigns: dict[str, N] = {}
+        for st in node.f["body"]:
+            if st.k in ("def", "class"):
+                defs.setdefault(st.f["name"], st)
+            elif st.k == "assign" and st.f["value"] is not None:
+                for t in st.f["targets"]:
+                    if t.k == "name":
+                        assigns.setdefault(t.f["id"], st)
+        self._class_members[key] = (node, defs, assigns)
+        return defs, assigns
 
     # ------------------------------------------------------------------ statements
     def _exec_block(self, stmts: list[N], fr: Frame) -> None:
@@ -806,10 +827,10 @@ class Interp:
         self._steps += 1
         if self._steps > STEP_BUDGET and self._owner is not None:
             raise _BudgetExceeded
-        m = getattr(self, "_e_" + n.k, None)
+        m = _EVALUATORS.get(n.k)
         if m is None:
             return self.dom.OPAQUE
-        return m(n, fr)
+        return m(self, n, fr)
 
     def _e_const(self, n: N, fr: Frame) -> AV:
         return self.dom.const(n.f["value"])
@@ -1364,6 +1385,11 @@ class Interp:
                 self.arch_functions[f.fullname] = f.module
 
         self._reporting((mod.name, qual), run)
+
+
+# node kind -> the Interp method that evaluates it, `_e_<kind>` (eval runs for every node; a
+# dict of bound methods on the instance would be a cycle that keeps a finished scan's values)
+_EVALUATORS = {a[3:]: getattr(Interp, a) for a in dir(Interp) if a.startswith("_e_")}
 
 
 class _CapProps:

@@ -280,8 +280,14 @@ def _safe2(f, x, y):
         return OPAQUE
 
 
+# constants whose truthiness bool() gives and that are none of the markers below
+_PLAIN_TYPES = frozenset((bool, int, float, str, type(None)))
+
+
 def truth(v) -> bool | None:
     """Truthiness of one possibility: True, False, or None when unknown."""
+    if type(v) in _PLAIN_TYPES:
+        return bool(v)
     if v is OPAQUE or v is ENV or isinstance(v, Unres):
         return None
     if isinstance(v, (FuncRef, ClassRef, ModuleRef, ExtRef, Instance, BoundMethod, Partial, ArchFlags)):
