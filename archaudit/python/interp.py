@@ -203,8 +203,8 @@ class Interp:
         # functions whose result depends on the GPU: full name -> module
         self.arch_functions: dict[str, str] = {}
         self.arch_module_globals: dict[str, set[str]] = {}  # module -> its globals found to depend on the GPU
-        # (module, class qualname) -> (class node, its members by name): see _members
-        self._class_members: dict[tuple[str, str], tuple[N, dict, dict]] = {}
+        # module -> class qualname -> (class node, its members by name): see _members
+        self._class_members: dict[str, dict[str, tuple[N, dict, dict]]] = {}
         self._cap_tuple = self.dom.per([(g.major, g.minor) for g in self.gpus])
         self._cap_sm = self.dom.per([g.cc for g in self.gpus])
         self._cap_major = self.dom.per([g.major for g in self.gpus])
@@ -375,6 +375,7 @@ class Interp:
     def forget_module(self, modname: str) -> None:
         """The index dropped this module's IR: drop what was derived from it (rebuilt on demand)."""
         self._binds.pop(modname, None)
+        self._class_members.pop(modname, None)
 
     def invalidate(self, modules: set[str]) -> list[tuple[str, str | None]]:
         """Modules became relevant: forget what was computed while they were unanalysed, and
@@ -454,8 +455,8 @@ class Interp:
         """A class body's first def or class of each name, and its first assignment of a value
         to each name, in body order: what a search of the body for one name finds (attribute
         lookups on large classes searched their bodies again and again)."""
-        key = (modname, qual)
-        got = self._class_members.get(key)
+        known = self._class_members.setdefault(modname, {})
+        got = known.get(qual)
         if got is not None and got[0] is node:  # the module may have been parsed again
             return got[1], got[2]
         defs: dict[str, N] = {}
@@ -467,7 +468,7 @@ class Interp:
                 for t in st.f["targets"]:
                     if t.k == "name":
                         assigns.setdefault(t.f["id"], st)
-        self._class_members[key] = (node, defs, assigns)
+        known[qual] = (node, defs, assigns)
         return defs, assigns
 
     # ------------------------------------------------------------------ statements
