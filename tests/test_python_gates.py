@@ -125,3 +125,41 @@ def test_class_attributes_found_through_the_mro(tmp_path, reg):
         (15, ["sm_120", "sm_121"]),
         (18, ["sm_90"]),
     ]
+
+
+def test_class_attribute_is_the_last_binding_in_the_class_body(tmp_path, reg):
+    """A class body runs top to bottom: a name bound twice has its last value (a def after an
+    assignment replaces it), and a property's setter keeps its getter."""
+    pkg = tmp_path / "lastpkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_bytes(b"")
+    (pkg / "m.py").write_bytes(
+        b"import torch\n"
+        b"class Cfg:\n"
+        b"    MAJOR = 9\n"
+        b"    MAJOR = 12\n"
+        b"    major = 9\n"
+        b"    def major(self, x=None):\n"
+        b"        return 10\n"
+        b"    @property\n"
+        b"    def minor(self):\n"
+        b"        return 3\n"
+        b"    @minor.setter\n"
+        b"    def minor(self, value):\n"
+        b"        pass\n"
+        b"    def a(self):\n"
+        b"        if torch.cuda.get_device_capability()[0] == self.MAJOR:\n"
+        b"            return 1\n"
+        b"    def b(self):\n"
+        b"        if torch.cuda.get_device_capability()[0] == self.major():\n"
+        b"            return 1\n"
+        b"    def c(self):\n"
+        b"        if torch.cuda.get_device_capability() == (10, self.minor):\n"
+        b"            return 1\n"
+    )
+    got = [(g.line, reg.sort_names(g.admits)) for g in scan(tmp_path).gates]
+    assert got == [
+        (15, ["sm_120", "sm_121"]),
+        (18, ["sm_100", "sm_103", "sm_107"]),
+        (21, ["sm_103"]),
+    ]

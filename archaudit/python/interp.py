@@ -204,7 +204,7 @@ class Interp:
         self.arch_functions: dict[str, str] = {}
         self.arch_module_globals: dict[str, set[str]] = {}  # module -> its globals found to depend on the GPU
         # module -> class qualname -> (class node, its members by name): see _members
-        self._class_members: dict[str, dict[str, tuple[N, dict, dict]]] = {}
+        self._class_members: dict[str, dict[str, tuple[N, dict[str, N]]]] = {}
         self._cap_tuple = self.dom.per([(g.major, g.minor) for g in self.gpus])
         self._cap_sm = self.dom.per([g.cc for g in self.gpus])
         self._cap_major = self.dom.per([g.major for g in self.gpus])
@@ -439,37 +439,41 @@ class Interp:
             if cn is None:
                 continue
             mod, node = cn
-            defs, assigns = self._members(mod.name, k.qual, node)
-            st = defs.get(name)
-            if st is not None:
-                if st.k == "def":
-                    return FuncRef(mod.name, f"{k.qual}.{name}", st.sb), st, k
+            st = self._members(mod.name, k.qual, node).get(name)
+            if st is None:
+                continue
+            if st.k == "def":
+                return FuncRef(mod.name, f"{k.qual}.{name}", st.sb), st, k
+            if st.k == "class":
                 return ClassRef(mod.name, f"{k.qual}.{name}"), None, k
-            st = assigns.get(name)
-            if st is not None:
-                frame = Frame(mod, {}, self.ALL, mod.name, None, False, True)
-                return self.eval(st.f["value"], frame), None, k
+            frame = Frame(mod, {}, self.ALL, mod.name, None, False, True)
+            return self.eval(st.f["value"], frame), None, k
         return None
 
-    def _members(self, modname: str, qual: str, node: N) -> tuple[dict, dict]:
-        """A class body's first def or class of each name, and its first assignment of a value
-        to each name, in body order: what a search of the body for one name finds (attribute
-        lookups on large classes searched their bodies again and again)."""
+    def _members(self, modname: str, qual: str, node: N) -> dict[str, N]:
+        """The statement of a class body that binds each name last, as running the body does:
+        a def, a class or an assignment of a value. A def decorated `@name.setter` or
+        `@name.deleter` keeps the property's getter, which is what reading the attribute runs,
+        so it does not count. Built once per class body (attribute lookups on large classes
+        asked again and again)."""
         known = self._class_members.setdefault(modname, {})
         got = known.get(qual)
         if got is not None and got[0] is node:  # the module may have been parsed again
-            return got[1], got[2]
-        defs: dict[str, N] = {}
-        assigns: dict[str, N] = {}
+            return got[1]
+        last: dict[str, N] = {}
         for st in node.f["body"]:
-            if st.k in ("def", "class"):
-                defs.setdefault(st.f["name"], st)
+            if st.k == "class":
+                last[st.f["name"]] = st
+            elif st.k == "def":
+                name = st.f["name"]
+                if not any(_accessor_of(d, name) for d in st.f.get("decorators") or []):
+                    last[name] = st
             elif st.k == "assign" and st.f["value"] is not None:
                 for t in st.f["targets"]:
                     if t.k == "name":
-                        assigns.setdefault(t.f["id"], st)
-        known[qual] = (node, defs, assigns)
-        return defs, assigns
+                        last[t.f["id"]] = st
+        known[qual] = (node, last)
+        return last
 
     # ------------------------------------------------------------------ statements
     def _exec_block(self, stmts: list[N], fr: Frame) -> None:
@@ -1440,6 +1444,12 @@ def _deco_name(d: N) -> str:
     if d.k == "name":
         return d.f["id"]
     return ""
+
+
+def _accessor_of(d: N, name: str) -> bool:
+    """Is decorator d `@name.setter` or `@name.deleter`?"""
+    return (d.k == "attr" and d.f["attr"] in ("setter", "deleter")
+            and d.f["value"].k == "name" and d.f["value"].f["id"] == name)
 
 
 def _raise():
