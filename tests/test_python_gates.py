@@ -91,14 +91,20 @@ def test_missing_path_exits_2(tmp_path):
     assert "no such file" in r.output
 
 
+def _gates_of_module(tmp_path, reg, source: bytes) -> list:
+    """(line, admits) of the gates of a package made of one module, pkg/m.py."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_bytes(b"")
+    (pkg / "m.py").write_bytes(source)
+    return [(g.line, reg.sort_names(g.admits)) for g in scan(tmp_path).gates]
+
+
 def test_class_attributes_found_through_the_mro(tmp_path, reg):
     """Attribute lookups on classes (Interp.class_member, which indexes each class body once):
     a class's own member, one inherited from its base, a method and a nested class, asked in
     turn of the same classes."""
-    pkg = tmp_path / "clspkg"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_bytes(b"")
-    (pkg / "m.py").write_bytes(
+    got = _gates_of_module(tmp_path, reg, (
         b"import torch\n"
         b"class Base:\n"
         b"    THRESH = 9\n"
@@ -118,8 +124,7 @@ def test_class_attributes_found_through_the_mro(tmp_path, reg):
         b"    def c(self):\n"
         b"        if self.ok() and self.Inner and torch.cuda.get_device_capability()[0] == Base.THRESH:\n"
         b"            return 1\n"
-    )
-    got = [(g.line, reg.sort_names(g.admits)) for g in scan(tmp_path).gates]
+    ))
     assert got == [
         (12, ["sm_100", "sm_103", "sm_107", "sm_110", "sm_120", "sm_121"]),
         (15, ["sm_120", "sm_121"]),
@@ -130,10 +135,7 @@ def test_class_attributes_found_through_the_mro(tmp_path, reg):
 def test_class_attribute_is_the_last_binding_in_the_class_body(tmp_path, reg):
     """A class body runs top to bottom: a name bound twice has its last value (a def after an
     assignment replaces it), and a property's setter keeps its getter."""
-    pkg = tmp_path / "lastpkg"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_bytes(b"")
-    (pkg / "m.py").write_bytes(
+    got = _gates_of_module(tmp_path, reg, (
         b"import torch\n"
         b"class Cfg:\n"
         b"    MAJOR = 9\n"
@@ -156,8 +158,7 @@ def test_class_attribute_is_the_last_binding_in_the_class_body(tmp_path, reg):
         b"    def c(self):\n"
         b"        if torch.cuda.get_device_capability() == (10, self.minor):\n"
         b"            return 1\n"
-    )
-    got = [(g.line, reg.sort_names(g.admits)) for g in scan(tmp_path).gates]
+    ))
     assert got == [
         (15, ["sm_120", "sm_121"]),
         (18, ["sm_100", "sm_103", "sm_107"]),
