@@ -116,13 +116,13 @@ def _error_point(n):
 
 # Python 2 constructs tree-sitter-python accepts silently: print/exec statements, `x`, <>.
 # Searched in the whole tree (function bodies too, even for a shallow parse), after a byte test.
-_PY2_HINT = re.compile(rb"^[ \t]*(?:print|exec)[ \t]+[^\s(=.,)\[\]:;]|`|<>", re.M)
 _PY2_STATEMENT = re.compile(rb"(?:print|exec)[ \t]+[^\s(=.,)\[\]:;]")
 
 
 def _py2_hint(src: bytes) -> bool:
-    """_PY2_HINT.search(src) is not None, without trying `^` at every offset: the literals
-    first, then each print/exec statement shape whose line holds only blanks before it."""
+    r"""The byte test: a backquote, `<>`, or a print/exec statement shape with only blanks
+    before it on its line. What rb"^[ \t]*(?:print|exec)[ \t]+[^\s(=.,)\[\]:;]|`|<>" (re.M)
+    finds, without trying `^` at every offset."""
     if b"`" in src or b"<>" in src:
         return True
     for m in _PY2_STATEMENT.finditer(src):
