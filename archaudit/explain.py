@@ -43,7 +43,7 @@ def _scope_gates(source: Source, index, reg: Registry, path: str, line: int) -> 
     best = function_at_line(mod, line)
     interp = Interp(index, reg)
     if best is not None:
-        interp.report_function(mod, best[0], best[1])
+        interp.report_function(mod, best[0], [best[1]])
     else:
         interp.report_module(modname)
     return [g for g in _to_gates(interp.gates, lambda p: None) if g.path == path]

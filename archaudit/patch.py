@@ -338,7 +338,7 @@ class Patcher:
             if not isinstance(f, FuncRef):
                 continue
             mod = self.index.module(f.module, full=True)
-            node = mod.functions.get(f.qual) if mod is not None else None
+            node = mod.function_node(f.qual, f.key) if mod is not None else None
             if node is None:
                 continue
             text = (self.source.read(mod.path) or b"").decode("utf-8", "surrogateescape")
@@ -467,9 +467,9 @@ def reevaluate_gate(source: Source, gate: Gate, reg: Registry, py_files: list[st
         return None
     interp = Interp(index, reg)
     qual = gate.function[len(modname) + 1:] if gate.function.startswith(modname + ".") else None
-    node = mod.functions.get(qual) if qual else None
-    if node is not None:
-        interp.report_function(mod, qual, node)
+    nodes = mod.defs_of(qual) if qual else []
+    if nodes:
+        interp.report_function(mod, qual, nodes)
     else:
         interp.report_module(modname)
     for g in _to_gates(interp.gates, lambda p: None):
@@ -486,7 +486,7 @@ def _required_params(index, value) -> int | None:
     if not isinstance(v, FuncRef):
         return None
     mod = index.module(v.module, full=True)
-    node = mod.functions.get(v.qual) if mod is not None else None
+    node = mod.function_node(v.qual, v.key) if mod is not None else None
     if node is None:
         return None
     return sum(1 for _n, default, kind in node.f["params"] if default is None and kind not in ("*", "**", "kwonly"))

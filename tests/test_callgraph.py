@@ -189,3 +189,34 @@ def test_word_index_matches_the_byte_search(monkeypatch):
     # and the callers found through it are the same
     assert [(c.caller, c.line) for c in b.graph.callers("jitpkg.jit.flagged.gen_param_module")] == [
         ("jitpkg.jit.flagged.run_hopper", 54), ("jitpkg.jit.flagged.run_blackwell", 60)]
+
+
+def test_a_redefined_function_has_the_calls_of_every_def_that_may_be_bound(tmp_path):
+    """A def replaced later in the same block is never bound; defs in the branches of an if
+    may each be; a property's setter keeps its getter."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_bytes(b"")
+    (pkg / "m.py").write_bytes(
+        b"import os\n"
+        b"def g():\n    pass\n"
+        b"def h():\n    pass\n"
+        b"def k():\n    pass\n"
+        b"def f():\n    k()\n"
+        b"def f():\n    g()\n"
+        b"if os.environ.get('X'):\n"
+        b"    def c():\n        g()\n"
+        b"else:\n"
+        b"    def c():\n        h()\n"
+        b"class W:\n"
+        b"    @property\n    def p(self):\n        g()\n"
+        b"    @p.setter\n    def p(self, v):\n        h()\n"
+    )
+    a = Analysis.open(tmp_path)
+
+    def callees(q):
+        return sorted({c.callee for c in a.graph.calls_from(q)})
+
+    assert callees("pkg.m.f") == ["pkg.m.g"]
+    assert callees("pkg.m.c") == ["pkg.m.g", "pkg.m.h"]
+    assert callees("pkg.m.W.p") == ["pkg.m.g", "pkg.m.h"]

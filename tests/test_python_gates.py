@@ -164,3 +164,30 @@ def test_class_attribute_is_the_last_binding_in_the_class_body(tmp_path, reg):
         (18, ["sm_100", "sm_103", "sm_107"]),
         (21, ["sm_103"]),
     ]
+
+
+def test_every_def_of_a_redefined_name_is_scanned_and_a_call_runs_the_bound_one(tmp_path, reg):
+    """A qualname defined more than once: each def's body is scanned for gates (an overload's
+    implementation after its stubs), and a call runs the def the name is bound to (the last),
+    not the first."""
+    got = _gates_of_module(tmp_path, reg, (
+        b"import torch\n"
+        b"from typing import overload\n"
+        b"def major():\n"
+        b"    return 9\n"
+        b"def major():\n"
+        b"    return torch.cuda.get_device_capability()[0]\n"
+        b"class W:\n"
+        b"    @overload\n"
+        b"    def run(self, x: int) -> int: ...\n"
+        b"    def run(self, x):\n"
+        b"        if torch.cuda.get_device_capability()[0] == 12:\n"
+        b"            return 1\n"
+        b"def pick():\n"
+        b"    if major() == 10:\n"
+        b"        return 1\n"
+    ))
+    assert got == [
+        (11, ["sm_120", "sm_121"]),
+        (14, ["sm_100", "sm_103", "sm_107"]),
+    ]

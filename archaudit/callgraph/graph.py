@@ -91,8 +91,8 @@ class CallGraph:
             return []
         self._def_node(qualname)
         if ctx.kind == "function":
-            body = ctx.node.f["body"]
-            stmts = list(iter_stmts(body))
+            # the body of every def that may be bound to the name (one per branch of an if)
+            stmts = [st for node in ctx.mod.bound_defs(ctx.qual) for st in iter_stmts(node.f["body"])]
         elif ctx.kind == "class":
             stmts = list(flatten_top(ctx.node.f["body"]))
         else:

@@ -345,20 +345,22 @@ class Resolver:
             return ctx._locals
         b: dict = {}
         if ctx.kind == "function":
-            node = ctx.node
-            anns = None
-            for i, (pname, default, pkind) in enumerate(node.f["params"]):
-                if anns is None:
-                    anns = param_annotations(ctx.mod.parsed.src, node) if b":" in ctx.mod.parsed.src[node.sb : node.eb].split(b")")[0] else {}
-                b.setdefault(pname, []).append(("param", pname, anns.get(pname), default, i == 0 and ctx.self_name is not None))
-            for st in iter_stmts(node.f["body"]):
-                if st.k == "global":
-                    ctx.globals_decl.update(st.f["names"])
-            self._collect(node.f["body"], b, None, ctx.mod, top=False, prefix=ctx.qual + ".<locals>.")
+            # every def that may be bound to the name (one per branch of an if) binds its locals
+            nodes = ctx.mod.bound_defs(ctx.qual)
+            for node in nodes:
+                anns = None
+                for i, (pname, default, pkind) in enumerate(node.f["params"]):
+                    if anns is None:
+                        anns = param_annotations(ctx.mod.parsed.src, node) if b":" in ctx.mod.parsed.src[node.sb : node.eb].split(b")")[0] else {}
+                    b.setdefault(pname, []).append(("param", pname, anns.get(pname), default, i == 0 and ctx.self_name is not None))
+                for st in iter_stmts(node.f["body"]):
+                    if st.k == "global":
+                        ctx.globals_decl.update(st.f["names"])
+                self._collect(node.f["body"], b, None, ctx.mod, top=False, prefix=ctx.qual + ".<locals>.")
             for name in ctx.globals_decl:
                 b.pop(name, None)
             # walrus targets
-            for e in walk_exprs(node.f["body"]):
+            for e in walk_exprs([node.f["body"] for node in nodes]):
                 if e.k == "walrus":
                     b.setdefault(e.f["target"], []).append(("assign", e.f["value"], None, None))
         elif ctx.kind == "class":

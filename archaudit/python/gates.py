@@ -204,15 +204,15 @@ def find_python_gates(source: Source, index: Index, reg: Registry, package_of, p
         return v
 
     # and whether a function's span holds one: asked again each round until the function is reported
-    span_trig: dict[tuple[str, str], bool] = {}
+    span_trig: dict[tuple[str, int], bool] = {}
 
-    def matches(modname: str, qual: str, data: bytes, start: int, end: int, mod_trig: bool,
+    def matches(modname: str, data: bytes, start: int, end: int, mod_trig: bool,
                 occ: list[tuple[int, int]] | None) -> bool:
         """occ: reaching() of the module."""
         if mod_trig:
-            t = span_trig.get((modname, qual))
+            t = span_trig.get((modname, start))
             if t is None:
-                t = span_trig[(modname, qual)] = triggers.search(data, start, end) is not None
+                t = span_trig[(modname, start)] = triggers.search(data, start, end) is not None
             if t:
                 return True
         return bool(occ) and any_use(data, occ, start, end)
@@ -266,6 +266,7 @@ def find_python_gates(source: Source, index: Index, reg: Registry, package_of, p
         relevant |= new_rel
         index.full_filter = relevant.__contains__
         todo: list[tuple[str, str | None]] = sorted(redo, key=_owner_key)
+        queued: set[tuple[str, str]] = set()  # a redefined qualname has a span per def
         for modname in sorted(relevant):
             if modname in index._mods or modname not in index._was_full:
                 mod = index.module(modname)
@@ -285,9 +286,10 @@ def find_python_gates(source: Source, index: Index, reg: Registry, package_of, p
                 # a function whose own name now carries an architecture dependence here is
                 # evaluated for the tests inside it (its `def` line is not a use, see _is_use)
                 own = qual.rsplit(".", 1)[-1]
-                if (modname, qual) not in reported and (
-                        (own in names and modname in homes[own.encode()]) or matches(modname, qual, src, sb, eb, mt, occ)):
+                if (modname, qual) not in reported and (modname, qual) not in queued and (
+                        (own in names and modname in homes[own.encode()]) or matches(modname, src, sb, eb, mt, occ)):
                     todo.append((modname, qual))
+                    queued.add((modname, qual))
         for i, (modname, qual) in enumerate(todo):
             if progress and i % 50 == 0:
                 parsed = index.parsed_count
@@ -299,9 +301,9 @@ def find_python_gates(source: Source, index: Index, reg: Registry, package_of, p
             if qual is None:
                 interp.report_module(modname)
             else:
-                node = mod.functions.get(qual)
-                if node is not None:
-                    interp.report_function(mod, qual, node)
+                nodes = mod.defs_of(qual)
+                if nodes:
+                    interp.report_function(mod, qual, nodes)
         # names that now carry an architecture dependence: their users may be gates too
         found = _arch_definitions(interp)
         new = {n for n, _m in found if n not in names and len(n) > 3 and n.isidentifier() and not n.startswith("__")}
@@ -365,7 +367,7 @@ def cutoff_view(data: bytes, names: frozenset) -> tuple | None:
         return (tuple(n for n, v in occ.items() if any_use(data, v, start, end)),
                 tuple(k for k, v in sorted(qual.items(), key=_chain_key) if any_use(data, v, start, end)))
 
-    funcs = tuple((q, trig.search(data, n.sb, n.eb) is not None, uses(n.sb, n.eb)) for q, n in info.functions.items())
+    funcs = tuple((q, trig.search(data, n.sb, n.eb) is not None, uses(n.sb, n.eb)) for q, n in info.all_functions())
     view = (ir, trig.search(data) is not None, tuple(sorted(nb.intersection(IDENT.findall(data)))), uses(0, len(data)),
             None if imp is None else (tuple(sorted(nb & imp[0])), aliases),
             tuple(sorted((r, tuple(sorted(t))) for r, t in roots.items())), funcs)

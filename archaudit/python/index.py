@@ -30,14 +30,57 @@ class ModuleInfo:
     # top-level statements that bind names, by name (last binding wins at runtime; we keep all)
     defs: dict[str, N] = field(default_factory=dict)  # def/class nodes
     classes: dict[str, N] = field(default_factory=dict)  # qualname -> class node (nested too)
-    functions: dict[str, N] = field(default_factory=dict)  # qualname -> def node (nested too)
+    # qualname -> def node (nested too): the last def of the name in its scope, the one running
+    # the scope binds (an @overload stub's implementation, a redefinition)
+    functions: dict[str, N] = field(default_factory=dict)
+    # qualname -> every def of a qualname defined more than once, in source order (overload
+    # stubs, redefinitions, a def in each branch of an if): each is scanned for gates
+    redefined: dict[str, list[N]] = field(default_factory=dict)
+    # start bytes of the redefined defs that a later def of the name in the same statement list
+    # rebinds: never the binding once the scope has run (an overload stub, a replaced def)
+    shadowed: set[int] = field(default_factory=set)
+
+    def defs_of(self, qual: str) -> list[N]:
+        """Every def of the qualname, in source order."""
+        alts = self.redefined.get(qual)
+        if alts:
+            return alts
+        node = self.functions.get(qual)
+        return [] if node is None else [node]
+
+    def bound_defs(self, qual: str) -> list[N]:
+        """The defs of the qualname that may be its binding once its scope has run: the last,
+        or one per branch when they are defined in different branches of an if or try."""
+        alts = self.redefined.get(qual)
+        if alts:
+            return [n for n in alts if n.sb not in self.shadowed]
+        return self.defs_of(qual)
+
+    def all_functions(self):
+        """(qualname, def node) of every def, redefinitions included."""
+        for qual, node in self.functions.items():
+            alts = self.redefined.get(qual)
+            if alts:
+                for n in alts:
+                    yield qual, n
+            else:
+                yield qual, node
+
+    def function_node(self, qual: str, key: int) -> N | None:
+        """The def a FuncRef names: `key` (its start byte) tells redefinitions apart."""
+        alts = self.redefined.get(qual)
+        if alts:
+            for n in alts:
+                if n.sb == key:
+                    return n
+        return self.functions.get(qual)
 
 
 def function_at_line(mod: ModuleInfo, line: int) -> tuple[str, N] | None:
     """The innermost function of `mod` whose lines hold `line`: (qualname in the module, node)."""
     src = mod.parsed.src
     best = None
-    for qual, node in mod.functions.items():
+    for qual, node in mod.all_functions():
         end = node.line + src.count(b"\n", node.sb, node.eb)
         if node.line <= line <= end and (best is None or node.sb >= best[1].sb):
             best = (qual, node)
@@ -150,7 +193,7 @@ class Index:
             if not info.parsed.shallow:
                 self._was_full.add(name)
             if name not in self._spans or not info.parsed.shallow:
-                self._spans[name] = [(q, n.sb, n.eb) for q, n in info.functions.items()]
+                self._spans[name] = [(q, n.sb, n.eb) for q, n in info.all_functions()]
             if self.ir_budget is not None:
                 self._account(name, len(info.parsed.src))
         return info
@@ -175,7 +218,7 @@ class Index:
         for name, info in self._mods.items():
             if name in keep or info is None:
                 continue
-            for node in info.functions.values():
+            for _q, node in info.all_functions():
                 if isinstance(node.f, LazyFields):
                     node.f.release()  # a no-op unless converted
 
@@ -263,14 +306,55 @@ def flatten_top(body: list[N]):
             yield from flatten_top(st.f["body"])
 
 
+def _statement_lists(body: list[N]):
+    """The statement lists flatten_top walks: the body and its if/try/with blocks."""
+    yield body
+    for st in body:
+        if st.k == "if":
+            yield from _statement_lists(st.f["body"])
+            yield from _statement_lists(st.f["orelse"])
+        elif st.k == "try":
+            yield from _statement_lists(st.f["body"])
+            for h in st.f["handlers"]:
+                yield from _statement_lists(h)
+            yield from _statement_lists(st.f["orelse"])
+            yield from _statement_lists(st.f["final"])
+        elif st.k in ("with", "block"):
+            yield from _statement_lists(st.f["body"])
+
+
+def is_accessor(node: N) -> bool:
+    """Is this def a property's `@name.setter` or `@name.deleter` (which keeps its getter bound
+    to the name)?"""
+    name = node.f["name"]
+    return any(d.k == "attr" and d.f["attr"] in ("setter", "deleter")
+               and d.f["value"].k == "name" and d.f["value"].f["id"] == name
+               for d in node.f.get("decorators") or ())
+
+
 def _collect_defs(body: list[N], prefix: str, info: ModuleInfo) -> None:
+    redefined = False
     for st in flatten_top(body):
         if st.k == "def":
             q = prefix + st.f["name"]
-            info.functions.setdefault(q, st)
+            old = info.functions.get(q)
+            if old is not None:
+                info.redefined.setdefault(q, [old]).append(st)
+                redefined = True
+            if old is None or not is_accessor(st):
+                info.functions[q] = st
             if not getattr(st.f, "is_pending", False):  # a body left to convert defines nothing
                 _collect_defs(st.f["body"], q + ".<locals>.", info)
         elif st.k == "class":
             q = prefix + st.f["name"]
-            info.classes.setdefault(q, st)
+            info.classes[q] = st  # the last, as for functions
             _collect_defs(st.f["body"], q + ".", info)
+    if redefined:
+        for stmts in _statement_lists(body):
+            last: dict[str, N] = {}
+            for st in stmts:
+                if st.k == "class" or (st.k == "def" and not is_accessor(st)):
+                    prev = last.get(st.f["name"])
+                    if prev is not None and prev.k == "def":
+                        info.shadowed.add(prev.sb)
+                    last[st.f["name"]] = st

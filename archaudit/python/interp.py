@@ -17,7 +17,7 @@ from typing import Any, Callable
 from ..model import ARCH_LIST, CAPABILITY_COMPARE, FLAG, NVCC_FLAGS, PREDICATE_CALL
 from ..ruledata import load_rule
 from ..targets import Registry, admits_of_arch_list, admits_of_nvcc_flags
-from .index import Index, ModuleInfo, flatten_top
+from .index import Index, ModuleInfo, flatten_top, is_accessor
 from ..parsing.python_ir import N
 from .values import (
     AV,
@@ -465,9 +465,8 @@ class Interp:
             if st.k == "class":
                 last[st.f["name"]] = st
             elif st.k == "def":
-                name = st.f["name"]
-                if not any(_accessor_of(d, name) for d in st.f.get("decorators") or []):
-                    last[name] = st
+                if not is_accessor(st):
+                    last[st.f["name"]] = st
             elif st.k == "assign" and st.f["value"] is not None:
                 for t in st.f["targets"]:
                     if t.k == "name":
@@ -622,7 +621,7 @@ class Interp:
         fr.env[st.f["name"]] = val
 
     def _nested_ref(self, fr: Frame, st: N) -> FuncRef | None:
-        for q, node in fr.mod.functions.items():
+        for q, node in fr.mod.all_functions():
             if node is st:
                 return FuncRef(fr.mod.name, q, st.sb)
         return None
@@ -1310,7 +1309,7 @@ class Interp:
                 self._shallow_stack[-1].update(sh)
             return av
         mod = self.index.module(f.module)
-        node = mod.functions.get(f.qual) if mod is not None else None
+        node = mod.function_node(f.qual, f.key) if mod is not None else None
         if node is None or mod.parsed.shallow:
             # not found, or in a module whose bytes cannot test the architecture
             if mod is not None and self._shallow_stack:
@@ -1371,23 +1370,26 @@ class Interp:
         ret = [r if r else UNKNOWN_SET for r in ret]
         return AV(tuple(ret))
 
-    def report_function(self, mod: ModuleInfo, qual: str, node: N) -> None:
-        """Evaluate one function in its own context (parameters unknown) and report its gates."""
-        args: list[AV] = []
-        params = node.f["params"]
+    def report_function(self, mod: ModuleInfo, qual: str, nodes: list[N]) -> None:
+        """Evaluate the defs of one qualname (usually one; every redefinition of it when there
+        are several) each in its own context (parameters unknown) and report their gates."""
         cls = None
         if "." in qual and "<locals>" not in qual.rsplit(".", 1)[0] and qual.rsplit(".", 1)[0] in mod.classes:
             cls = ClassRef(mod.name, qual.rsplit(".", 1)[0])
-            decos = [_deco_name(d) for d in node.f.get("decorators") or []]
-            if params and params[0][2] == "" and "staticmethod" not in decos:
-                args.append(self.dom.const(Instance(cls) if "classmethod" not in decos else cls))
-        f = FuncRef(mod.name, qual, node.sb)
 
         def run():
-            # a function whose result depends on the GPU is a predicate even if nothing analysed
-            # so far calls it: its callers' tests are gates (found in the next round)
-            if self.arch_dependent(self._run_function(mod, f, node, args, {}, report=True)):
-                self.arch_functions[f.fullname] = f.module
+            for node in nodes:
+                args: list[AV] = []
+                params = node.f["params"]
+                if cls is not None:
+                    decos = [_deco_name(d) for d in node.f.get("decorators") or []]
+                    if params and params[0][2] == "" and "staticmethod" not in decos:
+                        args.append(self.dom.const(Instance(cls) if "classmethod" not in decos else cls))
+                f = FuncRef(mod.name, qual, node.sb)
+                # a function whose result depends on the GPU is a predicate even if nothing
+                # analysed so far calls it: its callers' tests are gates (found in the next round)
+                if self.arch_dependent(self._run_function(mod, f, node, args, {}, report=True)):
+                    self.arch_functions[f.fullname] = f.module
 
         self._reporting((mod.name, qual), run)
 
@@ -1444,12 +1446,6 @@ def _deco_name(d: N) -> str:
     if d.k == "name":
         return d.f["id"]
     return ""
-
-
-def _accessor_of(d: N, name: str) -> bool:
-    """Is decorator d `@name.setter` or `@name.deleter`?"""
-    return (d.k == "attr" and d.f["attr"] in ("setter", "deleter")
-            and d.f["value"].k == "name" and d.f["value"].f["id"] == name)
 
 
 def _raise():
