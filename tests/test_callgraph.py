@@ -220,3 +220,7 @@ def test_a_redefined_function_has_the_calls_of_every_def_that_may_be_bound(tmp_p
     assert callees("pkg.m.f") == ["pkg.m.g"]
     assert callees("pkg.m.c") == ["pkg.m.g", "pkg.m.h"]
     assert callees("pkg.m.W.p") == ["pkg.m.g", "pkg.m.h"]
+    # a call site in a def other than the last is found from the callee's side too
+    b = Analysis.open(tmp_path)
+    assert sorted((c.caller, c.line) for c in b.graph.callers("pkg.m.g")) == [
+        ("pkg.m.W.p", 21), ("pkg.m.c", 14), ("pkg.m.f", 11)]

@@ -356,7 +356,7 @@ class _Finder:
             if mod is not None:
                 scopes = [(modname, None, mod.parsed.body)]
                 own = {lo.name for lo in self.rules.loaders if modname in lo.defined_in}
-                for q, fn in mod.functions.items():
+                for q, fn in mod.all_functions():
                     if q.split(".")[0] in own:
                         continue  # inside a loader's own definition: the loader is the sink
                     scopes.append((f"{modname}.{q}", fn, fn.f["body"]))

@@ -120,7 +120,7 @@ class Behind:
             return None
         off = self._offset(self.r.ctx(modname), site.line, site.col)
         best = None
-        for q, node in mod.functions.items():
+        for q, node in mod.all_functions():
             if node.sb <= off < node.eb and (best is None or node.sb >= best[1].sb):
                 best = (q, node)
         return self.r.ctx(f"{modname}.{best[0]}") if best else self.r.ctx(modname)

@@ -289,7 +289,7 @@ class CallGraph:
                 if mod is None:
                     continue
                 self.expand(m)
-                for q, node in list(mod.classes.items()) + list(mod.functions.items()):
+                for q, node in list(mod.classes.items()) + list(mod.all_functions()):
                     i = bisect.bisect_left(hits, node.sb)
                     if i < len(hits) and hits[i] < node.eb:
                         self.expand(f"{m}.{q}")

@@ -499,7 +499,7 @@ class JitModel:
             if mod is None:
                 continue
             graph.expand(m)
-            for q, node in list(mod.functions.items()) + list(mod.classes.items()):
+            for q, node in list(mod.all_functions()) + list(mod.classes.items()):
                 if pat.search(data, node.sb, node.eb):
                     graph.expand(f"{m}.{q}")
         return [self.module(k) for k in sorted(self.r.sinks)]

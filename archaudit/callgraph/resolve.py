@@ -272,7 +272,7 @@ class Resolver:
         self._collect(mod.parsed.body, b, stars, mod, top=True)
         if b"global" in mod.parsed.src:
             # assignments to `global` names inside functions also bind module names
-            for q, fn in mod.functions.items():
+            for q, fn in mod.all_functions():
                 if mod.parsed.src.find(b"global", fn.sb, fn.eb) < 0:
                     continue  # its statements lie in its span (nested defs are not entered)
                 g = set()
