@@ -224,3 +224,33 @@ def test_a_redefined_function_has_the_calls_of_every_def_that_may_be_bound(tmp_p
     b = Analysis.open(tmp_path)
     assert sorted((c.caller, c.line) for c in b.graph.callers("pkg.m.g")) == [
         ("pkg.m.W.p", 21), ("pkg.m.c", 14), ("pkg.m.f", 11)]
+
+
+def test_only_a_global_statement_makes_an_assignment_in_a_function_bind_a_module_name(tmp_path):
+    """`global x` in a function: its assignments bind the module's x; `nonlocal x` binds the
+    enclosing function's (the word "global" in a comment changes nothing)."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_bytes(b"")
+    (pkg / "m.py").write_bytes(
+        b"def g():\n    pass\n"
+        b"def h():\n    pass\n"
+        b"def k():\n    pass\n"
+        b"x = g\n"
+        b"y = g\n"
+        b"def outer():\n"
+        b"    x = g\n"
+        b"    def inner():\n"
+        b"        nonlocal x  # not global\n"
+        b"        x = h\n"
+        b"    inner()\n"
+        b"def setter():\n"
+        b"    global y\n"
+        b"    y = k\n"
+        b"def user():\n"
+        b"    x()\n"
+        b"    y()\n"
+    )
+    a = Analysis.open(tmp_path)
+    assert sorted((c.callee, c.line) for c in a.graph.calls_from("pkg.m.user")) == [
+        ("pkg.m.g", 19), ("pkg.m.g", 20), ("pkg.m.k", 20)]

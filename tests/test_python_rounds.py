@@ -166,6 +166,30 @@ def test_word_pattern_finds_what_the_plain_word_boundary_pattern_finds(word):
     assert got == [m.start() for m in plain.finditer(text)] and got
 
 
+@pytest.mark.parametrize("text,held", [
+    (b"def f():\n    global x\n    x = 1\n", True),
+    (b"def f():\n\tglobal x, y\n", True),
+    (b"def f():\n    \x0cglobal x\n", True),  # a form feed in the indentation
+    (b"def f():\n    y = 1; global x\n", True),
+    (b"def f():\n    if y: global x\n", True),
+    (b"def f():\n    y = 1; \\\n  global x\n", True),  # after a backslash continuation
+    (b"def f():\n    y = 1; \\\r\n  global x\r\n", True),
+    (b"def f():\r\n    global x\r\n", True),
+    (b"def f():\r    global x\r", True),  # old Mac line ends
+    (b"global x", True),
+    (b"def f():\n    return global_rank\n", False),
+    (b"def f():\n    return self.global_x + _global\n", False),
+    (b"def f():\n    return g(global_=1)\n", False),
+    (b"def f():\n    x = y.global\n", False),
+    (b"def f():\n    x = 1 \\\n  global\n", False),  # continued, but not after a statement start
+    (b"def f():\n    return 1\n", False),
+    (b"def f():\n    # global x\n", False),
+    (b"def f():\n    s = '''\n    global x'''\n", True),  # a string shaped like one counts
+])
+def test_may_hold_global_statement(text, held):
+    assert B.may_hold_global_statement(text) is held
+
+
 def test_an_attribute_of_a_package_outside_the_scan_reaches_only_a_meaningful_name():
     """`torch.cuda.get_device_capability` means the capability whatever `torch` is: attributes
     the interpreter reads by their name alone are uses whatever their receiver."""

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from ..parsing.python_ir import N, dotted_name
 from ..python.index import Index, ModuleInfo, flatten_top
+from ..python.pybytes import may_hold_global_statement
 from .rules import JitRules, SinkRule, jit_rules
 
 BUILTINS = frozenset(n for n in dir(builtins) if not n.startswith("_")) | {"__import__", "__build_class__"}
@@ -270,10 +271,10 @@ class Resolver:
             return b
         stars = []
         self._collect(mod.parsed.body, b, stars, mod, top=True)
-        if b"global" in mod.parsed.src:
+        if may_hold_global_statement(mod.parsed.src):
             # assignments to `global` names inside functions also bind module names
             for q, fn in mod.all_functions():
-                if mod.parsed.src.find(b"global", fn.sb, fn.eb) < 0:
+                if not may_hold_global_statement(mod.parsed.src, fn.sb, fn.eb):
                     continue  # its statements lie in its span (nested defs are not entered)
                 g = set()
                 for st in iter_stmts(fn.f["body"]):
@@ -354,7 +355,7 @@ class Resolver:
                         anns = param_annotations(ctx.mod.parsed.src, node) if b":" in ctx.mod.parsed.src[node.sb : node.eb].split(b")")[0] else {}
                     b.setdefault(pname, []).append(("param", pname, anns.get(pname), default, i == 0 and ctx.self_name is not None))
                 for st in iter_stmts(node.f["body"]):
-                    if st.k == "global":
+                    if st.k in ("global", "nonlocal"):  # names of another scope, not locals
                         ctx.globals_decl.update(st.f["names"])
                 self._collect(node.f["body"], b, None, ctx.mod, top=False, prefix=ctx.qual + ".<locals>.")
             for name in ctx.globals_decl:

@@ -472,7 +472,7 @@ class _Converter:
         if t in ("pass_statement", "break_statement", "continue_statement"):
             return self.mk(t.split("_")[0], ts)
         if t == "global_statement" or t == "nonlocal_statement":
-            return self.mk("global", ts, names=[self.text(c) for c in ts.named_children])
+            return self.mk(t.split("_")[0], ts, names=[self.text(c) for c in ts.named_children])
         if t == "delete_statement":
             return self.mk("pass", ts)
         if t == "future_import_statement":

@@ -289,3 +289,28 @@ class ExternalRoots:
         to a package outside the scan? Then it cannot refer to a definition in the scan."""
         chain = receiver_chain(src, p)
         return chain is not None and self.external(m, src, chain[0])
+
+
+_GLOBAL = word_pattern(b"global")
+
+
+def may_hold_global_statement(data: bytes, start: int = 0, end: int | None = None) -> bool:
+    """Whether data[start:end] may hold a `global` statement: the word `global` first on its
+    line (after blanks, or on a line a backslash continues), or after `;` or `:` (a statement
+    after another, or after a compound statement's header). Every real one answers True; a
+    string or a comment shaped like one does too (the caller then reads the body in vain)."""
+    for m in _GLOBAL.finditer(data, start, len(data) if end is None else end):
+        i = m.start() - 1
+        while i >= 0:
+            c = data[i]
+            if c in b" \t\f":
+                i -= 1
+            elif c == 0x0A and i >= 1 and data[i - 1] == 0x5C:  # backslash-newline: same line
+                i -= 2
+            elif c == 0x0A and i >= 2 and data[i - 1] == 0x0D and data[i - 2] == 0x5C:
+                i -= 3
+            else:
+                break
+        if i < 0 or data[i] in b"\n\r;:":
+            return True
+    return False
