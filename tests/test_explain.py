@@ -69,3 +69,26 @@ def test_explain_cli_takes_a_cpp_runtime_check():
     assert [(f["target"], f["verdict"]) for f in e["findings"]] == [("sm_120", "hardware-bound")]
     r = CliRunner().invoke(main, ["explain", str(FIXTURES / "verdicts"), site])
     assert r.exit_code == 2 and "is explained with --target" in r.output
+
+
+def test_explain_a_gate_in_an_overload_implementation(reg, tmp_path):
+    """The line lies in the last def of a qualname (after its @overload stub): explain
+    evaluates that def, not the stub."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_bytes(b"")
+    (pkg / "m.py").write_bytes(
+        b"import torch\n"
+        b"from typing import overload\n"
+        b"class W:\n"
+        b"    @overload\n"
+        b"    def run(self, x: int) -> int: ...\n"
+        b"    def run(self, x):\n"
+        b"        if torch.cuda.get_device_capability()[0] == 12:\n"
+        b"            return 1\n"
+    )
+    src = open_source(tmp_path)
+    files = src.files()
+    idx = Index(src, [f for f in files if f.endswith(".py")], False)
+    (e,) = run_with_big_stack(lambda: explain(src, files, idx, reg, "pkg/m.py", 7, [reg.parse("sm_120")], False))
+    assert (e.gate.function, e.gate.line, e.admitted) == ("pkg.m.W.run", 7, ["sm_120"])
