@@ -8,6 +8,15 @@ FIXTURES = REPO / "fixtures"
 sys.path.insert(0, str(REPO / "bench"))
 
 
+def one_module_package(root: Path, source: bytes) -> Path:
+    """A package of one module under root: pkg/__init__.py (empty) and pkg/m.py (source)."""
+    pkg = root / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_bytes(b"")
+    (pkg / "m.py").write_bytes(source)
+    return pkg
+
+
 @pytest.fixture(scope="session")
 def reg():
     from archaudit.targets import registry

@@ -6,7 +6,7 @@ from click.testing import CliRunner
 
 from archaudit.callgraph import Analysis
 from archaudit.cli import main
-from conftest import FIXTURES
+from conftest import FIXTURES, one_module_package
 
 ROOT = FIXTURES / "callgraph"
 # The IR keeps no expression for `raise X(...)` (python_ir.py), so calls inside raise statements
@@ -194,10 +194,7 @@ def test_word_index_matches_the_byte_search(monkeypatch):
 def test_a_redefined_function_has_the_calls_of_every_def_that_may_be_bound(tmp_path):
     """A def replaced later in the same block is never bound; defs in the branches of an if
     may each be; a property's setter keeps its getter."""
-    pkg = tmp_path / "pkg"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_bytes(b"")
-    (pkg / "m.py").write_bytes(
+    one_module_package(tmp_path,
         b"import os\n"
         b"def g():\n    pass\n"
         b"def h():\n    pass\n"
@@ -229,10 +226,7 @@ def test_a_redefined_function_has_the_calls_of_every_def_that_may_be_bound(tmp_p
 def test_only_a_global_statement_makes_an_assignment_in_a_function_bind_a_module_name(tmp_path):
     """`global x` in a function: its assignments bind the module's x; `nonlocal x` binds the
     enclosing function's (the word "global" in a comment changes nothing)."""
-    pkg = tmp_path / "pkg"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_bytes(b"")
-    (pkg / "m.py").write_bytes(
+    one_module_package(tmp_path,
         b"def g():\n    pass\n"
         b"def h():\n    pass\n"
         b"def k():\n    pass\n"

@@ -4,7 +4,7 @@ from archaudit.pipeline import run_with_big_stack
 from archaudit.python.index import Index
 from archaudit.sources import open_source
 
-from conftest import FIXTURES
+from conftest import FIXTURES, one_module_package
 
 
 def _explain(reg, site, targets):
@@ -74,10 +74,7 @@ def test_explain_cli_takes_a_cpp_runtime_check():
 def test_explain_a_gate_in_an_overload_implementation(reg, tmp_path):
     """The line lies in the last def of a qualname (after its @overload stub): explain
     evaluates that def, not the stub."""
-    pkg = tmp_path / "pkg"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_bytes(b"")
-    (pkg / "m.py").write_bytes(
+    one_module_package(tmp_path,
         b"import torch\n"
         b"from typing import overload\n"
         b"class W:\n"

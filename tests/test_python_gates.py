@@ -6,7 +6,7 @@ from click.testing import CliRunner
 from archaudit.cli import main
 from archaudit.pipeline import scan
 
-from conftest import FIXTURES
+from conftest import FIXTURES, one_module_package
 
 M9_10 = ["sm_90", "sm_100", "sm_103", "sm_107"]
 NOT12 = ["sm_75", "sm_80", "sm_86", "sm_87", "sm_88", "sm_89", "sm_90", "sm_100", "sm_103", "sm_107", "sm_110"]
@@ -93,10 +93,7 @@ def test_missing_path_exits_2(tmp_path):
 
 def _gates_of_module(tmp_path, reg, source: bytes) -> list:
     """(line, admits) of the gates of a package made of one module, pkg/m.py."""
-    pkg = tmp_path / "pkg"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_bytes(b"")
-    (pkg / "m.py").write_bytes(source)
+    one_module_package(tmp_path, source)
     return [(g.line, reg.sort_names(g.admits)) for g in scan(tmp_path).gates]
 
 

@@ -289,38 +289,33 @@ def _dotted(path: str) -> str | None:
     return ".".join(parts)
 
 
+def _blocks(st: N) -> tuple:
+    """The statement lists of a compound statement that run in the scope around it: the
+    branches of an if, the parts of a try, the body of a with."""
+    k = st.k
+    if k == "if":
+        return (st.f["body"], st.f["orelse"])
+    if k == "try":
+        return (st.f["body"], *st.f["handlers"], st.f["orelse"], st.f["final"])
+    if k in ("with", "block"):
+        return (st.f["body"],)
+    return ()
+
+
 def flatten_top(body: list[N]):
     """Top-level statements, looking through if/try/with blocks (conditional definitions)."""
     for st in body:
         yield st
-        if st.k == "if":
-            yield from flatten_top(st.f["body"])
-            yield from flatten_top(st.f["orelse"])
-        elif st.k == "try":
-            yield from flatten_top(st.f["body"])
-            for h in st.f["handlers"]:
-                yield from flatten_top(h)
-            yield from flatten_top(st.f["orelse"])
-            yield from flatten_top(st.f["final"])
-        elif st.k in ("with", "block"):
-            yield from flatten_top(st.f["body"])
+        for block in _blocks(st):
+            yield from flatten_top(block)
 
 
 def _statement_lists(body: list[N]):
     """The statement lists flatten_top walks: the body and its if/try/with blocks."""
     yield body
     for st in body:
-        if st.k == "if":
-            yield from _statement_lists(st.f["body"])
-            yield from _statement_lists(st.f["orelse"])
-        elif st.k == "try":
-            yield from _statement_lists(st.f["body"])
-            for h in st.f["handlers"]:
-                yield from _statement_lists(h)
-            yield from _statement_lists(st.f["orelse"])
-            yield from _statement_lists(st.f["final"])
-        elif st.k in ("with", "block"):
-            yield from _statement_lists(st.f["body"])
+        for block in _blocks(st):
+            yield from _statement_lists(block)
 
 
 def is_accessor(node: N) -> bool:
