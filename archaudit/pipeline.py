@@ -319,6 +319,14 @@ def _scan(path, targets, reg, progress, cache, workers) -> ScanResult:
     return result
 
 
+def _background() -> None:
+    """A forked helper yields the CPU to the analysis thread, the scan's critical path."""
+    try:
+        os.nice(5)
+    except OSError:
+        pass
+
+
 def _fork_pool(source: Source):
     """A one-process pool forked from this one, or None. Fork only: the worker needs the Source
     as it is (spawn would re-import a user's __main__); a directory only: a wheel's open zip
@@ -331,7 +339,8 @@ def _fork_pool(source: Source):
     if not isinstance(source, DirSource) or "fork" not in multiprocessing.get_all_start_methods():
         return None
     try:
-        return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("fork"))
+        return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("fork"),
+                                   initializer=_background)
     except (OSError, RuntimeError):
         return None
 
