@@ -17,6 +17,27 @@ def one_module_package(root: Path, source: bytes) -> Path:
     return pkg
 
 
+# a module whose names are defined more than once: `major` is redefined (the second reads the
+# capability), `W.run` has an @overload stub before its implementation (a gate on line 11)
+REDEFINED_MODULE = (
+    b"import torch\n"
+    b"from typing import overload\n"
+    b"def major():\n"
+    b"    return 9\n"
+    b"def major():\n"
+    b"    return torch.cuda.get_device_capability()[0]\n"
+    b"class W:\n"
+    b"    @overload\n"
+    b"    def run(self, x: int) -> int: ...\n"
+    b"    def run(self, x):\n"
+    b"        if torch.cuda.get_device_capability()[0] == 12:\n"
+    b"            return 1\n"
+    b"def pick():\n"
+    b"    if major() == 10:\n"
+    b"        return 1\n"
+)
+
+
 @pytest.fixture(scope="session")
 def reg():
     from archaudit.targets import registry

@@ -4,7 +4,7 @@ from archaudit.pipeline import run_with_big_stack
 from archaudit.python.index import Index
 from archaudit.sources import open_source
 
-from conftest import FIXTURES, one_module_package
+from conftest import FIXTURES, REDEFINED_MODULE, one_module_package
 
 
 def _explain(reg, site, targets):
@@ -74,18 +74,9 @@ def test_explain_cli_takes_a_cpp_runtime_check():
 def test_explain_a_gate_in_an_overload_implementation(reg, tmp_path):
     """The line lies in the last def of a qualname (after its @overload stub): explain
     evaluates that def, not the stub."""
-    one_module_package(tmp_path,
-        b"import torch\n"
-        b"from typing import overload\n"
-        b"class W:\n"
-        b"    @overload\n"
-        b"    def run(self, x: int) -> int: ...\n"
-        b"    def run(self, x):\n"
-        b"        if torch.cuda.get_device_capability()[0] == 12:\n"
-        b"            return 1\n"
-    )
+    one_module_package(tmp_path, REDEFINED_MODULE)
     src = open_source(tmp_path)
     files = src.files()
     idx = Index(src, [f for f in files if f.endswith(".py")], False)
-    (e,) = run_with_big_stack(lambda: explain(src, files, idx, reg, "pkg/m.py", 7, [reg.parse("sm_120")], False))
-    assert (e.gate.function, e.gate.line, e.admitted) == ("pkg.m.W.run", 7, ["sm_120"])
+    (e,) = run_with_big_stack(lambda: explain(src, files, idx, reg, "pkg/m.py", 11, [reg.parse("sm_120")], False))
+    assert (e.gate.function, e.gate.line, e.admitted) == ("pkg.m.W.run", 11, ["sm_120"])

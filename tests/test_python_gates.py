@@ -6,7 +6,7 @@ from click.testing import CliRunner
 from archaudit.cli import main
 from archaudit.pipeline import scan
 
-from conftest import FIXTURES, one_module_package
+from conftest import FIXTURES, REDEFINED_MODULE, one_module_package
 
 M9_10 = ["sm_90", "sm_100", "sm_103", "sm_107"]
 NOT12 = ["sm_75", "sm_80", "sm_86", "sm_87", "sm_88", "sm_89", "sm_90", "sm_100", "sm_103", "sm_107", "sm_110"]
@@ -167,23 +167,7 @@ def test_every_def_of_a_redefined_name_is_scanned_and_a_call_runs_the_bound_one(
     """A qualname defined more than once: each def's body is scanned for gates (an overload's
     implementation after its stubs), and a call runs the def the name is bound to (the last),
     not the first."""
-    got = _gates_of_module(tmp_path, reg, (
-        b"import torch\n"
-        b"from typing import overload\n"
-        b"def major():\n"
-        b"    return 9\n"
-        b"def major():\n"
-        b"    return torch.cuda.get_device_capability()[0]\n"
-        b"class W:\n"
-        b"    @overload\n"
-        b"    def run(self, x: int) -> int: ...\n"
-        b"    def run(self, x):\n"
-        b"        if torch.cuda.get_device_capability()[0] == 12:\n"
-        b"            return 1\n"
-        b"def pick():\n"
-        b"    if major() == 10:\n"
-        b"        return 1\n"
-    ))
+    got = _gates_of_module(tmp_path, reg, REDEFINED_MODULE)
     assert got == [
         (11, ["sm_120", "sm_121"]),
         (14, ["sm_100", "sm_103", "sm_107"]),
