@@ -58,22 +58,13 @@ class ModuleInfo:
 
     def all_functions(self):
         """(qualname, def node) of every def, redefinitions included."""
-        for qual, node in self.functions.items():
-            alts = self.redefined.get(qual)
-            if alts:
-                for n in alts:
-                    yield qual, n
-            else:
+        for qual in self.functions:
+            for node in self.defs_of(qual):
                 yield qual, node
 
     def function_node(self, qual: str, key: int) -> N | None:
         """The def a FuncRef names: `key` (its start byte) tells redefinitions apart."""
-        alts = self.redefined.get(qual)
-        if alts:
-            for n in alts:
-                if n.sb == key:
-                    return n
-        return self.functions.get(qual)
+        return next((n for n in self.defs_of(qual) if n.sb == key), self.functions.get(qual))
 
 
 def function_at_line(mod: ModuleInfo, line: int) -> tuple[str, N] | None:
