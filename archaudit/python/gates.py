@@ -339,7 +339,7 @@ def cutoff_view(data: bytes, names: frozenset) -> tuple | None:
     from ..parsing.python_ir import parse_python
 
     try:
-        parsed = parse_python(data, shallow=False)
+        parsed = parse_python(data, lazy=True)  # as the index parses it; pickling converts every body
         ir = pickle.dumps((parsed.body, parsed.errors), protocol=pickle.HIGHEST_PROTOCOL)
     except (RecursionError, MemoryError, ValueError):
         return None
