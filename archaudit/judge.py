@@ -702,6 +702,8 @@ def _through_config_keys(analysis, gate: Gate):
                     sites.append((path, ln))
                     if data[max(0, m.start() - 4):m.start()] == b"self":
                         self_reads.append((path, ln))
+            if len(sites) > MAX_CONFIG_READERS:
+                break  # too many readers to follow: the key is skipped below, whatever the rest hold
         if len(sites) > MAX_CONFIG_READERS:
             continue
         resolved = [(p, ln, analysis.site_at(p, ln)) for p, ln in sites]

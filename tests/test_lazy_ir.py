@@ -200,3 +200,21 @@ def test_py2_hint_is_the_anchored_pattern(src):
     """The hint that decides whether to look for Python 2 syntax tests the literals first and
     the print/exec shape where it is: the same answer as the `^`-anchored pattern."""
     assert python_ir._py2_hint(src) == (_PY2_ANCHORED.search(src) is not None)
+
+
+# the specification of python_ir.may_nest_def
+_NESTED_DEF = re.compile(rb"\b(?:def|class)\b")
+
+
+@pytest.mark.parametrize("src, start, end", [
+    (b"    def f(): pass", 0, 17), (b"    return default", 0, 18), (b"x = klass()", 0, 11),
+    (b"x.def_ = 1", 0, 10), (b"_class = 1", 0, 10), (b"class", 0, 5), (b"classy", 0, 5),
+    (b"xdef y", 1, 6), (b"x def", 2, 5), (b"defx", 0, 3), (b"a.class_ def", 0, 12),
+    (b"undef; redefine; classes", 0, 24), (b"(def)", 1, 4), (b"9def", 1, 4), (b"", 0, 0),
+    ("\u00e9def".encode(), 2, 5),
+])
+def test_may_nest_def_is_the_word_pattern(src, start, end):
+    """Whether a body may define something is tested by substring search, with the answers of
+    the word-boundary pattern on the same span (the byte before the span counts, the one after
+    it does not)."""
+    assert python_ir.may_nest_def(src, start, end) == (_NESTED_DEF.search(src, start, end) is not None)

@@ -40,6 +40,7 @@ from .values import (
     informative_sets,
     may_false,
     may_true,
+    truth_pairs,
     truth,
 )
 
@@ -725,7 +726,7 @@ class Interp:
         # of the minor version speaks about sm_90 alone
         reach = [i for i, m in enumerate(fr.mask) if m]
         sets = informative_sets(av, reach)
-        truth = [(may_true(s), may_false(s)) for s in sets]
+        truth = truth_pairs(sets)
         if test.k in ("boolop", "not"):
             # `x.backend is None and model in ARCHS and (is_sm90() or is_sm100()) and n > 1`: the
             # value sets of the whole lose which GPUs the architecture term rules out once unknown
@@ -780,7 +781,7 @@ class Interp:
         sets = [av.sets[i] for i in reach]
         if not (keep_uniform and len(set(sets)) == 1):
             sets = informative_sets(av, reach)
-        return [(may_true(x), may_false(x)) for x in sets]
+        return truth_pairs(sets)
 
     def _classify(self, test: N, fr: Frame) -> str:
         atoms = []

@@ -225,7 +225,10 @@ class Domain:
         """Apply f to each possibility; OPAQUE/Unres pass through unchanged."""
         cache: dict = {}
         out = []
-        for s in av.sets:
+        sets = av.sets
+        if _uniform(sets):  # the same on every GPU (most values): one set to map
+            sets = sets[:1]
+        for s in sets:
             r = cache.get(s)
             if r is None:
                 acc = set()
@@ -236,12 +239,15 @@ class Domain:
                         acc.add(_safe(f, v))
                 r = cache[s] = cap(frozenset(acc))
             out.append(r)
-        return AV(tuple(out))
+        return AV(tuple(out) if len(out) == len(av.sets) else tuple(out) * len(av.sets))
 
     def map2(self, a: AV, b: AV, f: Callable[[Any, Any], Any]) -> AV:
         cache: dict = {}
         out = []
-        for sa, sb in zip(a.sets, b.sets):
+        pairs = zip(a.sets, b.sets)
+        if _uniform(a.sets) and _uniform(b.sets):
+            pairs = ((a.sets[0], b.sets[0]),)
+        for sa, sb in pairs:
             key = (sa, sb)
             r = cache.get(key)
             if r is None:
@@ -258,12 +264,18 @@ class Domain:
                             acc.add(_safe2(f, x, y))
                 r = cache[key] = cap(frozenset(acc))
             out.append(r)
-        return AV(tuple(out))
+        return AV(tuple(out) if len(out) == len(a.sets) else tuple(out) * len(a.sets))
 
     def union(self, a: AV, b: AV) -> AV:
         if a is b:
             return a
         return AV(tuple(cap(x | y) for x, y in zip(a.sets, b.sets)))
+
+
+def _uniform(sets: tuple) -> bool:
+    """Are all the per-GPU sets equal? (tuple.count tests identity first: AVs made for every
+    GPU at once repeat one set object.)"""
+    return not sets or sets.count(sets[0]) == len(sets)
 
 
 def _safe(f, v):
@@ -307,6 +319,18 @@ def may_false(s: frozenset) -> bool:
     return any(truth(v) is not True for v in s)
 
 
+def truth_pairs(sets) -> list[tuple[bool, bool]]:
+    """[(may_true(s), may_false(s)) for s in sets], each distinct set tested once."""
+    memo: dict = {}
+    out = []
+    for s in sets:
+        r = memo.get(s)
+        if r is None:
+            r = memo[s] = (may_true(s), may_false(s))
+        out.append(r)
+    return out
+
+
 def informative_sets(av: "AV", reach: list[int]) -> list[frozenset]:
     """The per-GPU sets with GPU-independent unknowns removed.
 
@@ -322,7 +346,7 @@ def informative_sets(av: "AV", reach: list[int]) -> list[frozenset]:
 
 def has_unres(av: AV) -> list[str]:
     out = []
-    for s in av.sets:
+    for s in dict.fromkeys(av.sets):  # each distinct set once, in order: the same reasons, in the same order
         for v in s:
             if isinstance(v, Unres) and v.reason not in out:
                 out.append(v.reason)
