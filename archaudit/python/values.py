@@ -225,9 +225,9 @@ class Domain:
         """Apply f to each possibility; OPAQUE/Unres pass through unchanged."""
         cache: dict = {}
         out = []
-        sets = av.sets
+        sets, reps = av.sets, 1
         if _uniform(sets):  # the same on every GPU (most values): one set to map
-            sets = sets[:1]
+            sets, reps = sets[:1], len(sets)
         for s in sets:
             r = cache.get(s)
             if r is None:
@@ -239,14 +239,14 @@ class Domain:
                         acc.add(_safe(f, v))
                 r = cache[s] = cap(frozenset(acc))
             out.append(r)
-        return AV(tuple(out) if len(out) == len(av.sets) else tuple(out) * len(av.sets))
+        return AV(tuple(out) * reps)
 
     def map2(self, a: AV, b: AV, f: Callable[[Any, Any], Any]) -> AV:
         cache: dict = {}
         out = []
-        pairs = zip(a.sets, b.sets)
-        if _uniform(a.sets) and _uniform(b.sets):
-            pairs = ((a.sets[0], b.sets[0]),)
+        pairs, reps = zip(a.sets, b.sets), 1
+        if _uniform(a.sets) and _uniform(b.sets) and a.sets:
+            pairs, reps = ((a.sets[0], b.sets[0]),), len(a.sets)
         for sa, sb in pairs:
             key = (sa, sb)
             r = cache.get(key)
@@ -264,7 +264,7 @@ class Domain:
                             acc.add(_safe2(f, x, y))
                 r = cache[key] = cap(frozenset(acc))
             out.append(r)
-        return AV(tuple(out) if len(out) == len(a.sets) else tuple(out) * len(a.sets))
+        return AV(tuple(out) * reps)
 
     def union(self, a: AV, b: AV) -> AV:
         if a is b:

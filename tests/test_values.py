@@ -1,0 +1,93 @@
+"""The value domain's per-GPU operations (archaudit.python.values): the shortcuts that compute
+a value shared by every GPU once must give what the computation GPU by GPU gives."""
+from __future__ import annotations
+
+import itertools
+import operator
+
+from archaudit.python.values import (
+    AV,
+    ENV,
+    OPAQUE,
+    Domain,
+    Unres,
+    cap,
+    has_unres,
+    may_false,
+    may_true,
+    truth_pairs,
+)
+
+
+def _per_gpu_map2(a: AV, b: AV, f) -> AV:
+    """Domain.map2's rule applied to each GPU's pair of sets, with no shortcut."""
+    out = []
+    for sa, sb in zip(a.sets, b.sets):
+        acc = set()
+        for x, y in itertools.product(sa, sb):
+            if isinstance(x, Unres):
+                acc.add(x)
+            elif isinstance(y, Unres):
+                acc.add(y)
+            elif x is OPAQUE or y is OPAQUE or x is ENV or y is ENV:
+                acc.add(OPAQUE)
+            else:
+                try:
+                    acc.add(f(x, y))
+                except Exception:  # noqa: BLE001
+                    acc.add(OPAQUE)
+        out.append(cap(frozenset(acc)))
+    return AV(tuple(out))
+
+
+def _per_gpu_map1(a: AV, f) -> AV:
+    """Domain.map1's rule (markers pass through) applied to each GPU's set, with no shortcut."""
+    out = []
+    for s in a.sets:
+        acc = set()
+        for v in s:
+            if v is OPAQUE or v is ENV or isinstance(v, Unres):
+                acc.add(v)
+            else:
+                try:
+                    acc.add(f(v))
+                except Exception:  # noqa: BLE001
+                    acc.add(OPAQUE)
+        out.append(cap(frozenset(acc)))
+    return AV(tuple(out))
+
+
+def _avs(n: int) -> list[AV]:
+    one, nine, twelve = frozenset({1}), frozenset({9}), frozenset({12})
+    return [
+        AV((one,) * n),  # one set object for every GPU, as Domain.const makes it
+        AV(tuple(frozenset({1}) for _ in range(n))),  # equal sets, distinct objects
+        AV(tuple(nine if i % 2 else twelve for i in range(n))),
+        AV(tuple(frozenset({Unres("r1")}) if i == 0 else frozenset({OPAQUE, 3}) for i in range(n))),
+        AV((frozenset({ENV, 0}),) * n),
+        AV(tuple(frozenset({Unres(f"r{i % 3}"), i}) for i in range(n))),
+    ]
+
+
+def test_map1_and_map2_equal_the_computation_gpu_by_gpu():
+    for n in (1, 2, 12):
+        dom = Domain(n)
+        avs = _avs(n)
+        for a, b in itertools.product(avs, avs):
+            for f in (operator.add, operator.floordiv, operator.eq):
+                assert dom.map2(a, b, f) == _per_gpu_map2(a, b, f), (n, a, b, f)
+        for a in avs:
+            for g in (lambda v: v * 2, lambda v: 1 // v):
+                assert dom.map1(a, g) == _per_gpu_map1(a, g), (n, a)
+
+
+def test_truth_pairs_and_has_unres_equal_the_computation_gpu_by_gpu():
+    for a in _avs(12):
+        assert truth_pairs(a.sets) == [(may_true(s), may_false(s)) for s in a.sets]
+        reasons = []
+        for s in a.sets:
+            for v in s:
+                if isinstance(v, Unres) and v.reason not in reasons:
+                    reasons.append(v.reason)
+        assert has_unres(a) == reasons
+    assert has_unres(_avs(12)[5]) == ["r0", "r1", "r2"]
