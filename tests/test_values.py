@@ -91,3 +91,9 @@ def test_truth_pairs_and_has_unres_equal_the_computation_gpu_by_gpu():
                     reasons.append(v.reason)
         assert has_unres(a) == reasons
     assert has_unres(_avs(12)[5]) == ["r0", "r1", "r2"]
+
+
+def test_uniform_is_equal_sets_on_every_gpu():
+    got = [a.uniform for a in _avs(12)]
+    assert got == [all(s == a.sets[0] for s in a.sets) for a in _avs(12)]
+    assert got == [True, True, False, False, True, False]

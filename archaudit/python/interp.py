@@ -1462,7 +1462,10 @@ def _not(x):
 
 def _opaque_to_env(av: AV) -> AV:
     """A comparison with an unknown operand is an unknown condition (ENV), not an unknown value."""
-    if not any(OPAQUE in s for s in av.sets):
+    for s in av.sets:  # a loop, not any(<generator>): this runs for every comparison
+        if OPAQUE in s:
+            break
+    else:
         return av
     return AV(tuple((s - UNKNOWN_SET) | {ENV} if OPAQUE in s else s for s in av.sets))
 

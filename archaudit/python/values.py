@@ -185,8 +185,7 @@ class AV:
 
     @property
     def uniform(self) -> bool:
-        s0 = self.sets[0]
-        return all(s is s0 or s == s0 for s in self.sets)
+        return _uniform(self.sets)
 
     def values(self) -> frozenset:
         out: frozenset = frozenset()
@@ -312,11 +311,17 @@ def truth(v) -> bool | None:
 
 def may_true(s: frozenset) -> bool:
     """May a value with these possibilities be truthy? Unknowns may."""
-    return any(truth(v) is not False for v in s)
+    for v in s:  # a loop, not any(<generator>): most sets hold one value
+        if truth(v) is not False:
+            return True
+    return False
 
 
 def may_false(s: frozenset) -> bool:
-    return any(truth(v) is not True for v in s)
+    for v in s:
+        if truth(v) is not True:
+            return True
+    return False
 
 
 def truth_pairs(sets) -> list[tuple[bool, bool]]:
