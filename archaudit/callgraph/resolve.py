@@ -348,11 +348,16 @@ class Resolver:
         if ctx.kind == "function":
             # every def that may be bound to the name (one per branch of an if) binds its locals
             nodes = ctx.mod.bound_defs(ctx.qual)
+            src = ctx.mod.parsed.src
             for node in nodes:
                 anns = None
                 for i, (pname, default, pkind) in enumerate(node.f["params"]):
                     if anns is None:
-                        anns = param_annotations(ctx.mod.parsed.src, node) if b":" in ctx.mod.parsed.src[node.sb : node.eb].split(b")")[0] else {}
+                        # an annotation needs a `:` before the def's first `)` (searched in
+                        # place: splitting the whole def's bytes at every `)` copied them all)
+                        close = src.find(b")", node.sb, node.eb)
+                        has_colon = src.find(b":", node.sb, node.eb if close < 0 else close) >= 0
+                        anns = param_annotations(src, node) if has_colon else {}
                     b.setdefault(pname, []).append(("param", pname, anns.get(pname), default, i == 0 and ctx.self_name is not None))
                 for st in iter_stmts(node.f["body"]):
                     if st.k in ("global", "nonlocal"):  # names of another scope, not locals
