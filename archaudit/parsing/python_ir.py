@@ -6,9 +6,12 @@ Unknown syntax becomes an "other" node rather than an error: the analyses treat 
 """
 from __future__ import annotations
 
+import copyreg
+import io
+import pickle
 import re
 import sys
-from functools import lru_cache
+from functools import lru_cache, partial
 
 import tree_sitter
 import tree_sitter_python
@@ -908,6 +911,49 @@ class LazyFields(dict):
     @property
     def is_pending(self) -> bool:
         return self.pending is not None
+
+
+def _pending_fields(src: bytes, items: dict, sb, eb, sp, ep, bdepth) -> LazyFields:
+    f = LazyFields(items)
+    f.pending = f.origin = (src, sb, eb, sp, ep, bdepth)
+    return f
+
+
+def _reduce_pending(f: LazyFields):
+    """A LazyFields whose body is not converted yet, pickled as it is (LazyFields.__reduce__
+    converts it): the source bytes are left out, the unpickler supplies them."""
+    if f.pending is None or f.pending is not f.origin:
+        return f.__reduce__()
+    _src, sb, eb, sp, ep, bdepth = f.pending
+    return _pending_fields, (dict(dict.items(f)), sb, eb, sp, ep, bdepth)
+
+
+def dumps_parsed(pm: ParsedModule) -> bytes:
+    """pm's IR and errors for another process of this scan (loads_parsed): lazy bodies stay
+    lazy, and the source, which the receiver has, is not sent."""
+    buf = io.BytesIO()
+    p = pickle.Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL)
+    p.dispatch_table = copyreg.dispatch_table.copy()
+    p.dispatch_table[LazyFields] = _reduce_pending
+    p.dump((pm.body, pm.errors))
+    return buf.getvalue()
+
+
+class _ParsedUnpickler(pickle.Unpickler):
+    def __init__(self, blob: bytes, src: bytes):
+        super().__init__(io.BytesIO(blob))
+        self.src = src
+
+    def find_class(self, module, name):
+        if module == __name__ and name == "_pending_fields":
+            return partial(_pending_fields, self.src)
+        return super().find_class(module, name)
+
+
+def loads_parsed(blob: bytes, src: bytes, shallow: bool) -> ParsedModule:
+    """The ParsedModule dumps_parsed(parse_python(src, shallow, lazy=True)) was made from."""
+    body, errors = _ParsedUnpickler(blob, src).load()
+    return ParsedModule(body, src, errors, shallow)
 
 
 def _unescape(s: str) -> str:

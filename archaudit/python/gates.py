@@ -265,35 +265,44 @@ def find_python_gates(source: Source, index: Index, reg: Registry, package_of, p
         redo = set(interp.invalidate(new_rel)) if new_rel and scan.rounds > 1 else set()
         relevant |= new_rel
         index.full_filter = relevant.__contains__
-        todo: list[tuple[str, str | None]] = sorted(redo, key=_owner_key)
-        queued: set[tuple[str, str]] = set()  # a redefined qualname has a span per def
-        for modname in sorted(relevant):
-            if modname in index._mods or modname not in index._was_full:
-                mod = index.module(modname)
-            else:  # parsed in full before, then evicted: its spans are known, no need to parse
-                mod = True
-            if mod is None:
-                continue
-            if modname in new_rel:
-                todo.append((modname, None))
-            mt = module_trig(modname)
-            # a module where a name carries the dependence holds its `def`: occ is not empty
-            occ = reaching(modname)
-            if not (mt or occ):
-                continue
-            src = index.source_bytes(modname)
-            for qual, sb, eb in index.function_spans(modname):
-                # a function whose own name now carries an architecture dependence here is
-                # evaluated for the tests inside it (its `def` line is not a use, see _is_use)
-                own = qual.rsplit(".", 1)[-1]
-                if (modname, qual) not in reported and (modname, qual) not in queued and (
-                        (own in names and modname in homes[own.encode()]) or matches(modname, src, sb, eb, mt, occ)):
-                    todo.append((modname, qual))
-                    queued.add((modname, qual))
-        for i, (modname, qual) in enumerate(todo):
-            if progress and i % 50 == 0:
-                parsed = index.parsed_count
-                progress(f"gate round {scan.rounds}: functions evaluated ({parsed} modules parsed)", i, len(todo))
+        # The round's work list: the functions invalidated, then each relevant module's
+        # functions that may test the GPU, in module order. It is made as it is evaluated, so
+        # that the parse worker (Index.prefetch) parses the next modules meanwhile; the list and
+        # its order are the same as when made first (evaluating adds to `reported` only the
+        # items already listed).
+        order = sorted(relevant)
+        index.prefetch([m for m in order if m in index._mods or m not in index._was_full])
+
+        def round_todo():
+            yield from sorted(redo, key=_owner_key)
+            queued: set[tuple[str, str]] = set()  # a redefined qualname has a span per def
+            for k, modname in enumerate(order):
+                if progress and k % 50 == 0:
+                    progress(f"gate round {scan.rounds}: modules searched ({index.parsed_count} parsed)", k, len(order))
+                if modname in index._mods or modname not in index._was_full:
+                    mod = index.module(modname)
+                else:  # parsed in full before, then evicted: its spans are known, no need to parse
+                    mod = True
+                if mod is None:
+                    continue
+                if modname in new_rel:
+                    yield modname, None
+                mt = module_trig(modname)
+                # a module where a name carries the dependence holds its `def`: occ is not empty
+                occ = reaching(modname)
+                if not (mt or occ):
+                    continue
+                src = index.source_bytes(modname)
+                for qual, sb, eb in index.function_spans(modname):
+                    # a function whose own name now carries an architecture dependence here is
+                    # evaluated for the tests inside it (its `def` line is not a use, see _is_use)
+                    own = qual.rsplit(".", 1)[-1]
+                    if (modname, qual) not in reported and (modname, qual) not in queued and (
+                            (own in names and modname in homes[own.encode()]) or matches(modname, src, sb, eb, mt, occ)):
+                        queued.add((modname, qual))
+                        yield modname, qual
+
+        for modname, qual in round_todo():
             mod = index.module(modname)
             if mod is None:
                 continue

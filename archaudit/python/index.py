@@ -122,6 +122,8 @@ class Index:
         self._loaded: set[str] = set()  # modules parsed successfully at least once
         self._spans: dict[str, list[tuple[str, int, int]]] = {}
         self.parses = 0  # parse_python calls (reloads included)
+        # parses modules ahead in another process (pipeline.ParsePool); None: all parsed here
+        self.parse_pool = None
         # path -> python.gates.byte_facts of the file, when the prefilter computed them
         self.byte_facts: dict | None = None
         dirs_with_init = {p.rsplit("/", 1)[0] for p in py_files if p.endswith("/__init__.py")}
@@ -189,6 +191,23 @@ class Index:
                 self._account(name, len(info.parsed.src))
         return info
 
+    def prefetch(self, names: list[str], full: bool = False) -> None:
+        """Have the parse pool parse those of `names` that module(name, full) would parse, in
+        this order (see ParsePool.take)."""
+        if self.parse_pool is None:
+            return
+        for name in names:
+            info = self._mods.get(name, _MISSING)
+            if info is not _MISSING and (info is None or not info.parsed.shallow):
+                continue
+            want_full = full or self.wants_full(name) or name in self._was_full
+            if info is not _MISSING and not want_full:
+                continue
+            data = self.source_bytes(name)
+            if data:
+                self.parse_pool.want(self.path_of[name], data, shallow=not want_full)
+        self.parse_pool.flush()
+
     def _account(self, name: str, size: int) -> None:
         old = self._lru.pop(name, None)
         if old is not None:
@@ -241,11 +260,13 @@ class Index:
                 self.diagnostics.append(Diagnostic(path, "unreadable-source", f"skipped: {why}"))
             return None
         self.parses += 1
-        try:
-            parsed = parse_python(data, shallow=shallow, lazy=True)
-        except (RecursionError, MemoryError, ValueError) as e:
-            self.diagnostics.append(Diagnostic(path, "parse-failed", f"could not parse: {type(e).__name__}"))
-            return None
+        parsed = self.parse_pool.take(path, data, shallow) if self.parse_pool is not None else None
+        if parsed is None:
+            try:
+                parsed = parse_python(data, shallow=shallow, lazy=True)
+            except (RecursionError, MemoryError, ValueError) as e:
+                self.diagnostics.append(Diagnostic(path, "parse-failed", f"could not parse: {type(e).__name__}"))
+                return None
         if path not in self._reported:
             self._reported.add(path)
             for line, msg in parsed.errors:
