@@ -42,11 +42,15 @@ def _defs(body):
     return [st for st in body if st.k == "def"]
 
 
-def test_every_fixture_file_lazy_equals_eager():
+def fixture_python_files() -> list[Path]:
     files = sorted(p for d in ("fixtures", "tests") for p in (REPO / d).rglob("*.py"))
     assert len(files) > 40
+    return files
+
+
+def test_every_fixture_file_lazy_equals_eager():
     lazy_bodies = 0
-    for p in files:
+    for p in fixture_python_files():
         data = p.read_bytes()
         eager = parse_python(data)
         lazy = parse_python(data, lazy=True)

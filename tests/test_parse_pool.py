@@ -11,30 +11,31 @@ from archaudit.python.index import Index
 from archaudit.sources import DirSource
 
 from conftest import FIXTURES
-from test_lazy_ir import _force_all, _plain
-
-REPO = Path(__file__).resolve().parent.parent
+from test_lazy_ir import _force_all, _plain, fixture_python_files
 
 
-def _pending(body) -> list[tuple[int, tuple]]:
-    """(start byte, where the def is) of every def whose body is not converted yet."""
+def _lazy_defs(body) -> list[N]:
+    """Every def whose body is not converted yet."""
     out, stack = [], [body]
     while stack:
         v = stack.pop()
         if isinstance(v, N):
             if isinstance(v.f, LazyFields) and v.f.is_pending:
-                out.append((v.sb, v.f.pending[1:]))
+                out.append(v)
             stack.extend(dict.values(v.f))
         elif isinstance(v, (list, tuple)):
             stack.extend(v)
-    return sorted(out)
+    return out
+
+
+def _pending(body) -> list[tuple[int, tuple]]:
+    """(start byte, where the def is) of every def whose body is not converted yet."""
+    return sorted((n.sb, n.f.pending[1:]) for n in _lazy_defs(body))
 
 
 def test_a_parse_sent_to_another_process_is_the_parse():
-    files = sorted(p for d in ("fixtures", "tests") for p in (REPO / d).rglob("*.py"))
-    assert len(files) > 40
     pending = 0
-    for p in files:
+    for p in fixture_python_files():
         data = p.read_bytes()
         for shallow in (False, True):
             made = parse_python(data, shallow=shallow, lazy=True)
@@ -46,22 +47,10 @@ def test_a_parse_sent_to_another_process_is_the_parse():
             pending += len(_pending(got.body))
             assert all(n.f.pending[0] is data for n in _lazy_defs(got.body))
             # and converting them gives the same bodies
-            _force_all(made.body), _force_all(got.body)
+            _force_all(made.body)
+            _force_all(got.body)
             assert _plain(got.body) == _plain(made.body), p
     assert pending > 300
-
-
-def _lazy_defs(body) -> list[N]:
-    out, stack = [], [body]
-    while stack:
-        v = stack.pop()
-        if isinstance(v, N):
-            if isinstance(v.f, LazyFields) and v.f.is_pending:
-                out.append(v)
-            stack.extend(dict.values(v.f))
-        elif isinstance(v, (list, tuple)):
-            stack.extend(v)
-    return out
 
 
 def _index(tree: Path) -> Index:
