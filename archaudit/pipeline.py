@@ -642,7 +642,8 @@ class ParsePool:
         import queue
 
         deadline = time.monotonic() + timeout
-        while self.proc is not None and len(self.done) < len(self.ids):
+        # without a timeout, read all there is: take() has already removed what it looks for
+        while self.proc is not None and (not timeout or len(self.done) < len(self.ids)):
             try:
                 got, blob = self.results.get(timeout=max(0.0, deadline - time.monotonic())) if timeout \
                     else self.results.get_nowait()
