@@ -544,26 +544,45 @@ def _parse_one(data: bytes, shallow: bool) -> bytes | None:
 
 def _parse_serve(requests, results, claimed, nice: int) -> None:
     """The parse worker's loop: parse what is asked for, in order, skipping what the parent
-    has claimed (parsed itself meanwhile), until asked for None."""
+    has claimed (parsed itself meanwhile), until asked for None. A thread of its own sends the
+    results, so parsing goes on while the parent is not reading."""
     from collections import deque
 
-    results.cancel_join_thread()  # exit even when the parent stopped reading
     if nice:
         try:
             os.nice(nice)
         except OSError:
             pass
+    out: deque = deque()
+    ready = threading.Condition()
+
+    def send() -> None:
+        while True:
+            with ready:
+                while not out:
+                    ready.wait()
+                item = out.popleft()
+            try:
+                results.send(item)
+            except (OSError, ValueError):  # the parent is gone
+                return
+
+    sender = threading.Thread(target=send, daemon=True)
+    sender.start()
     todo: deque = deque()
     while True:
         if not todo or requests.poll():
             msg = requests.recv()
             if msg is None:
-                return
+                return  # what is left unsent is not wanted (the sender is a daemon)
             todo.extend(msg)
             continue
         rid, data, shallow = todo.popleft()
         if not claimed[rid]:
-            results.put((rid, _parse_one(data, shallow)))
+            blob = _parse_one(data, shallow)
+            with ready:
+                out.append((rid, blob))
+                ready.notify()
 
 
 class ParsePool:
@@ -574,8 +593,8 @@ class ParsePool:
     on the bytes, so the IR is the same whichever process made it.
     No thread of this process serves the worker (a ProcessPoolExecutor's threads took the
     interpreter lock from the analysis thread at every task: 14,000 time slices instead of 1,500
-    in the gate rounds): requests go out in messages of a few MB, and results are read when a
-    module is loaded. The worker runs below the analysis thread (nice 5) and above the other
+    in the gate rounds): requests go out in messages of a few MB, and results are read from a
+    pipe when a module is loaded. The worker runs below the analysis thread (nice 5) and above the other
     helpers (SCHED_IDLE, see _background), which only work ahead."""
 
     CAPACITY = 1 << 16  # requests per scan (ids of the claimed array)
@@ -602,19 +621,22 @@ class ParsePool:
         ctx = multiprocessing.get_context("fork")
         try:
             recv_end, send_end = ctx.Pipe(duplex=False)
-            results = ctx.Queue()
+            results, results_in = ctx.Pipe(duplex=False)
             # shared with the fork, and no file behind it (RawArray would write one in /dev/shm)
             claimed = mmap.mmap(-1, cls.CAPACITY)
-            proc = ctx.Process(target=_parse_serve, args=(recv_end, results, claimed, cls.NICE), daemon=True)
+            proc = ctx.Process(target=_parse_serve, args=(recv_end, results_in, claimed, cls.NICE), daemon=True)
             proc.start()
         except Exception:  # noqa: BLE001 - no helper process here (limits, sandbox): parse in-process
             return None
+        # only the worker holds these ends: if it dies, even halfway through a message, reading
+        # gives EOFError instead of waiting for ever
         recv_end.close()
+        results_in.close()
         return cls(proc, send_end, results, claimed)
 
     def want(self, path: str, data: bytes, shallow: bool) -> None:
         key = (path, shallow)
-        if self.proc is None or key in self.ids or self.next_id >= self.CAPACITY:
+        if self.proc is None or self.results is None or key in self.ids or self.next_id >= self.CAPACITY:
             return
         rid = self.ids[key] = self.next_id
         self.next_id += 1
@@ -639,15 +661,16 @@ class ParsePool:
     def receive(self, timeout: float = 0.0) -> int:
         """Read the parses the worker has sent; with a timeout, wait for every one asked for
         (for at most that long). Returns how many asked for are not here yet."""
-        import queue
-
         deadline = time.monotonic() + timeout
         # without a timeout, read all there is: take() has already removed what it looks for
-        while self.proc is not None and (not timeout or len(self.done) < len(self.ids)):
+        while self.proc is not None and self.results is not None and (not timeout or len(self.done) < len(self.ids)):
             try:
-                got, blob = self.results.get(timeout=max(0.0, deadline - time.monotonic())) if timeout \
-                    else self.results.get_nowait()
-            except (queue.Empty, OSError, EOFError, ValueError):
+                if not self.results.poll(max(0.0, deadline - time.monotonic())):
+                    break
+                got, blob = self.results.recv()
+            except (OSError, EOFError, ValueError):  # the worker is gone: parse the rest here
+                self.results.close()
+                self.results = None
                 break
             if not self.claimed[got]:  # else parsed here meanwhile
                 self.done[got] = blob
@@ -673,6 +696,9 @@ class ParsePool:
 
     def close(self) -> None:
         if self.proc is not None:
+            if self.results is not None:  # first: a worker blocked sending a result stops
+                self.results.close()
+                self.results = None
             try:
                 self.requests.send(None)
             except (OSError, ValueError):
@@ -682,7 +708,6 @@ class ParsePool:
                 self.proc.kill()
                 self.proc.join()
             self.requests.close()
-            self.results.close()
             self.proc = None
         self.ids.clear()
         self.done.clear()

@@ -95,3 +95,23 @@ def test_a_module_parsed_here_first_is_skipped_by_the_worker():
         assert (pool.taken, pool.parsed_here, pool.done) == (1, 1, {})
     finally:
         pool.close()
+
+
+def test_a_lost_worker_leaves_the_parsing_to_this_process():
+    """A worker killed (out of memory, a crash) even halfway through sending a result: reading
+    ends with EOF, not a wait, and every module is parsed here, to the same IR."""
+    tree = FIXTURES / "verdicts"
+    here, pooled = _index(tree), _index(tree)
+    pool = pooled.parse_pool = ParsePool.start(pooled.source)
+    try:
+        names = sorted(pooled.path_of)
+        pooled.prefetch(names)
+        pool.proc.kill()
+        pool.proc.join()
+        pool.receive(timeout=60)  # reads what was sent, then EOF
+        assert pool.results is None
+        for name in names:
+            assert _plain(pooled.module(name).parsed.body) == _plain(here.module(name).parsed.body), name
+        assert pool.taken + pool.parsed_here == sum(1 for n in names if pooled.source_bytes(n))
+    finally:
+        pool.close()
