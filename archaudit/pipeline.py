@@ -247,9 +247,10 @@ def _scan(path, targets, reg, progress, cache, workers) -> ScanResult:
             rc_job.ex.shutdown(wait=False, cancel_futures=True)
         if cuda is not None:
             cuda.close()
+        raise
+    finally:  # only the gate rounds ask it for parses
         if parse_pool is not None:
             parse_pool.close()
-        raise
     say("looking for architecture checks in C++ host code")
     cpp_gates = rc_job.result() if rc_job is not None else None
     if cpp_gates is None:
@@ -276,10 +277,6 @@ def _scan(path, targets, reg, progress, cache, workers) -> ScanResult:
         finally:
             if cuda is not None:
                 cuda.close()
-            if parse_pool is not None:
-                parse_pool.close()
-    if parse_pool is not None:
-        parse_pool.close()
     budget = [
         Diagnostic(index.path_of.get(m, m), "analysis-budget",
                    f"evaluation of {m + '.' + q if q else m} stopped at the step budget; gates after that point may be missing")
@@ -341,16 +338,23 @@ def _background() -> None:
             pass
 
 
-def _fork_pool(source: Source):
-    """A one-process pool forked from this one, or None. Fork only: the worker needs the Source
-    as it is (spawn would re-import a user's __main__); a directory only: a wheel's open zip
-    file would be shared with the fork (one file offset for two readers)."""
+def _can_fork(source: Source) -> bool:
+    """Fork only: a helper needs the Source as it is (spawn would re-import a user's __main__);
+    a directory only: a wheel's open zip file would be shared with the fork (one file offset for
+    two readers)."""
     import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
 
     from .sources import DirSource
 
-    if not isinstance(source, DirSource) or "fork" not in multiprocessing.get_all_start_methods():
+    return isinstance(source, DirSource) and "fork" in multiprocessing.get_all_start_methods()
+
+
+def _fork_pool(source: Source):
+    """A one-process pool forked from this one (see _can_fork), or None."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    if not _can_fork(source):
         return None
     try:
         return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("fork"),
@@ -537,7 +541,7 @@ def _parse_one(data: bytes, shallow: bool) -> bytes | None:
     from .parsing.python_ir import dumps_parsed, parse_python
 
     try:
-        return run_with_big_stack(lambda: dumps_parsed(parse_python(data, shallow=shallow, lazy=True)))
+        return dumps_parsed(parse_python(data, shallow=shallow, lazy=True))
     except Exception:  # noqa: BLE001 - the parent's parse decides
         return None
 
@@ -567,22 +571,24 @@ def _parse_serve(requests, results, claimed, nice: int) -> None:
             except (OSError, ValueError):  # the parent is gone
                 return
 
-    sender = threading.Thread(target=send, daemon=True)
-    sender.start()
-    todo: deque = deque()
-    while True:
-        if not todo or requests.poll():
-            msg = requests.recv()
-            if msg is None:
-                return  # what is left unsent is not wanted (the sender is a daemon)
-            todo.extend(msg)
-            continue
-        rid, data, shallow = todo.popleft()
-        if not claimed[rid]:
-            blob = _parse_one(data, shallow)
-            with ready:
-                out.append((rid, blob))
-                ready.notify()
+    def parse() -> None:
+        todo: deque = deque()
+        while True:
+            if not todo or requests.poll():
+                msg = requests.recv()
+                if msg is None:
+                    return  # what is left unsent is not wanted (the sender is a daemon)
+                todo.extend(msg)
+                continue
+            rid, data, shallow = todo.popleft()
+            if not claimed[rid]:
+                blob = _parse_one(data, shallow)
+                with ready:
+                    out.append((rid, blob))
+                    ready.notify()
+
+    threading.Thread(target=send, daemon=True).start()
+    run_with_big_stack(parse)  # the parses need the stack the analysis thread has
 
 
 class ParsePool:
@@ -594,8 +600,8 @@ class ParsePool:
     No thread of this process serves the worker (a ProcessPoolExecutor's threads took the
     interpreter lock from the analysis thread at every task: 14,000 time slices instead of 1,500
     in the gate rounds): requests go out in messages of a few MB, and results are read from a
-    pipe when a module is loaded. The worker runs below the analysis thread (nice 5) and above the other
-    helpers (SCHED_IDLE, see _background), which only work ahead."""
+    pipe when a module is loaded. The worker runs below the analysis thread (nice 5) and above
+    the other helpers (SCHED_IDLE, see _background), which only work ahead."""
 
     CAPACITY = 1 << 16  # requests per scan (ids of the claimed array)
     MESSAGE_BYTES = 1 << 21
@@ -614,10 +620,8 @@ class ParsePool:
         import mmap
         import multiprocessing
 
-        from .sources import DirSource
-
-        if not isinstance(source, DirSource) or "fork" not in multiprocessing.get_all_start_methods():
-            return None  # as _fork_pool
+        if not _can_fork(source):
+            return None
         ctx = multiprocessing.get_context("fork")
         try:
             recv_end, send_end = ctx.Pipe(duplex=False)
@@ -645,18 +649,19 @@ class ParsePool:
     def flush(self) -> None:
         """Send what was asked for since the last flush, in messages of a few MB (one message
         of a round's bytes would be as large again in this process's heap)."""
-        i = 0
-        while i < len(self.batch) and self.proc is not None:
-            j, size = i, 0
-            while j < len(self.batch) and (j == i or size < self.MESSAGE_BYTES):
-                size += len(self.batch[j][1])
-                j += 1
-            try:
-                self.requests.send(self.batch[i:j])
-            except (OSError, ValueError):  # the worker is gone
-                self.close()
-            i = j
-        self.batch = []
+        batch, self.batch = self.batch, []
+        chunk, size = [], 0
+        for item in batch:
+            chunk.append(item)
+            size += len(item[1])
+            if size >= self.MESSAGE_BYTES or item is batch[-1]:
+                if self.proc is None:
+                    return
+                try:
+                    self.requests.send(chunk)
+                except (OSError, ValueError):  # the worker is gone
+                    self.close()
+                chunk, size = [], 0
 
     def receive(self, timeout: float = 0.0) -> int:
         """Read the parses the worker has sent; with a timeout, wait for every one asked for
@@ -691,8 +696,11 @@ class ParsePool:
             self.parsed_here += 1
             return None
         blob = self.done.pop(rid)
+        if blob is None:  # it failed there: the parse here decides, and reports
+            self.parsed_here += 1
+            return None
         self.taken += 1
-        return loads_parsed(blob, data, shallow) if blob is not None else None
+        return loads_parsed(blob, data, shallow)
 
     def close(self) -> None:
         if self.proc is not None:

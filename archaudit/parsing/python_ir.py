@@ -922,10 +922,13 @@ def _pending_fields(src: bytes, items: dict, sb, eb, sp, ep, bdepth) -> LazyFiel
 def _reduce_pending(f: LazyFields):
     """A LazyFields whose body is not converted yet, pickled as it is (LazyFields.__reduce__
     converts it): the source bytes are left out, the unpickler supplies them."""
-    if f.pending is None or f.pending is not f.origin:
+    if f.pending is None:
         return f.__reduce__()
     _src, sb, eb, sp, ep, bdepth = f.pending
     return _pending_fields, (dict(dict.items(f)), sb, eb, sp, ep, bdepth)
+
+
+_PENDING_DISPATCH = {**copyreg.dispatch_table, LazyFields: _reduce_pending}
 
 
 def dumps_parsed(pm: ParsedModule) -> bytes:
@@ -933,8 +936,7 @@ def dumps_parsed(pm: ParsedModule) -> bytes:
     lazy, and the source, which the receiver has, is not sent."""
     buf = io.BytesIO()
     p = pickle.Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL)
-    p.dispatch_table = copyreg.dispatch_table.copy()
-    p.dispatch_table[LazyFields] = _reduce_pending
+    p.dispatch_table = _PENDING_DISPATCH
     p.dump((pm.body, pm.errors))
     return buf.getvalue()
 

@@ -170,16 +170,16 @@ class Index:
     def module(self, name: str, full: bool = False) -> ModuleInfo | None:
         """The parsed module. full=False may give a shallow parse (no function bodies) unless the
         module is one whose code is analysed (see `wants_full`)."""
-        info = self._mods.get(name, _MISSING)
-        if info is not _MISSING and (info is None or not info.parsed.shallow or not (full or self.wants_full(name))):
+        shallow = self._parse_mode(name, full)
+        if shallow is None:
+            info = self._mods[name]
             if info is not None and self.ir_budget is not None:
                 self._lru.move_to_end(name)
             return info
         path = self.path_of.get(name)
         info = None
         if path is not None:
-            # a module once parsed in full is parsed in full again after an eviction
-            info = self._load(name, path, shallow=not (full or self.wants_full(name) or name in self._was_full))
+            info = self._load(name, path, shallow)
         self._mods[name] = info
         if info is not None:
             self._loaded.add(name)
@@ -191,21 +191,25 @@ class Index:
                 self._account(name, len(info.parsed.src))
         return info
 
+    def _parse_mode(self, name: str, full: bool) -> bool | None:
+        """How module(name, full) parses the module: shallow (True) or in full (False); None when
+        it returns what is held."""
+        info = self._mods.get(name, _MISSING)
+        if info is not _MISSING and (info is None or not info.parsed.shallow or not (full or self.wants_full(name))):
+            return None
+        # a module once parsed in full is parsed in full again after an eviction
+        return not (full or self.wants_full(name) or name in self._was_full)
+
     def prefetch(self, names: list[str], full: bool = False) -> None:
         """Have the parse pool parse those of `names` that module(name, full) would parse, in
         this order (see ParsePool.take)."""
         if self.parse_pool is None:
             return
         for name in names:
-            info = self._mods.get(name, _MISSING)
-            if info is not _MISSING and (info is None or not info.parsed.shallow):
-                continue
-            want_full = full or self.wants_full(name) or name in self._was_full
-            if info is not _MISSING and not want_full:
-                continue
-            data = self.source_bytes(name)
+            shallow = self._parse_mode(name, full)
+            data = self.source_bytes(name) if shallow is not None else b""
             if data:
-                self.parse_pool.want(self.path_of[name], data, shallow=not want_full)
+                self.parse_pool.want(self.path_of[name], data, shallow)
         self.parse_pool.flush()
 
     def _account(self, name: str, size: int) -> None:
