@@ -10,7 +10,8 @@ Each scan runs as a subprocess (python -m archaudit); wall time, CPU time (user+
 processes included) and peak RSS come from os.wait4 on that process. The load average is
 recorded with every run: the machine's cores are shared. The scans run on a private copy
 of the corpus so the touched file can be replaced without changing the cached corpus.
-Nothing scanned is imported or executed.
+With bench/parse_floor.py, the CPU that reading, prefiltering and parsing alone take (the floor
+of any schedule on this design). Nothing scanned is imported or executed.
 """
 from __future__ import annotations
 
@@ -153,6 +154,7 @@ def main() -> int:
     ap.add_argument("--scaling-repeat", type=int, default=3)
     ap.add_argument("--skip-scaling", action="store_true")
     ap.add_argument("--skip-check", action="store_true", help="skip the --workers 1 --no-cache identity check")
+    ap.add_argument("--skip-parse-floor", action="store_true", help="skip bench/parse_floor.py (about 2.5 min)")
     ap.add_argument("--workdir", default=None, help="where the corpus copy and caches go (default: a temp dir)")
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / "perf"))
     args = ap.parse_args()
@@ -227,6 +229,12 @@ def main() -> int:
     check["gates"] = len(ref["gates"])
     check["findings"] = len(ref["findings"])
     result["fi072"]["identical"] = check
+    if not args.skip_parse_floor:
+        # what reading, prefiltering and parsing the modules a cold scan loads cost by themselves
+        out = work / "parse-floor.json"
+        subprocess.run([sys.executable, str(REPO / "bench" / "parse_floor.py"), str(tree), "--out", str(out)],
+                       check=True, stdout=subprocess.DEVNULL)
+        result["fi072"]["parse_floor"] = json.loads(out.read_text())
 
     if not args.skip_scaling:
         scaling = []
@@ -279,6 +287,22 @@ def render(r: dict) -> str:
            "Identical reports (gates, findings, diagnostics) to the cold run: "
            + ", ".join(f"{k}={v}" for k, v in f["identical"].items() if isinstance(v, bool))
            + f" ({f['identical']['gates']} gates, {f['identical'].get('findings', '?')} findings)", ""]
+    pf = f.get("parse_floor")
+    if pf:
+        full, shallow, pre = pf["full"], pf["shallow"], pf["prefilter"]
+        out += ["## Parse floor (bench/parse_floor.py, one process)", "",
+                "| work | modules or files | MB | CPU s |", "|---|---|---|---|",
+                f"| read every Python file + byte prefilter | {pre['files']} | {pre['bytes'] / 1e6:.1f} | {pre['cpu_s']} |",
+                f"| tree-sitter: modules a cold scan loads in full | {full['modules']} | {full['bytes'] / 1e6:.1f} | "
+                f"{full['tree_sitter_cpu_s']} |",
+                f"| tree-sitter: modules it loads only shallow | {shallow['modules']} | {shallow['bytes'] / 1e6:.1f} | "
+                f"{shallow['tree_sitter_cpu_s']} |",
+                f"| parse_python (tree-sitter + top-level IR, bodies lazy): in full | {full['modules']} | "
+                f"{full['bytes'] / 1e6:.1f} | {full['parse_python_cpu_s']} |",
+                f"| parse_python: shallow | {shallow['modules']} | {shallow['bytes'] / 1e6:.1f} | "
+                f"{shallow['parse_python_cpu_s']} |", "",
+                f"Reading, prefilter and tree-sitter alone, shared perfectly over {pf['cores']} cores: "
+                f"{pf['floor_wall_s']} s wall.", ""]
     if r.get("scaling"):
         out += ["## Scaling (cold, --no-cache)", "",
                 "| corpus | Python MB | prefilter MB | evaluated MB (modules) | cold wall s | s per prefilter MB "
