@@ -805,7 +805,7 @@ def _inputs_unchanged(source: Source, fp) -> bool:
 def _cutoff(source: Source, fp, prev: dict | None, store: Cache, tnames: list[str]) -> dict | None:
     """The previous result, if every changed file provably cannot change it (see scancache)."""
     from .python.gates import cutoff_view
-    from .python.index import WORD
+    from .python.index import words_of
     from .scancache import CUTOFF_MAX_FILES, rebuild_old
     from .sources import MAX_FILE_BYTES
 
@@ -835,7 +835,7 @@ def _cutoff(source: Source, fp, prev: dict | None, store: Cache, tnames: list[st
             return None
         # which modules name a word (comments included) bounds the call graph's caller search
         # and is quoted in its notes: a comment that brings a new word may change the result
-        if set(WORD.findall(old)) != set(WORD.findall(new)):
+        if words_of(old) != words_of(new):
             return None
         # a patch quotes context lines, which may reach into a file's trailing comments
         patches = [f.patch for f in payload["findings"] if f.patch and f"--- {p}\n" in f.patch]

@@ -51,6 +51,20 @@ def test_prefilter_trigger_read_from_the_words_as_from_the_bytes():
     assert got == [True, True, False, False, True, True, False, False, True, False, True, True, True, False]
 
 
+def test_words_of_is_the_word_pattern():
+    """words_of splits at C speed what WORD.findall finds: every byte value next to a word byte,
+    runs of non-word bytes (blanks, non-ASCII, NUL), and every fixture file."""
+    from archaudit.python.index import WORD, words_of
+
+    every = bytes(range(256))
+    cases = [every, every[::-1], b"".join(bytes((b,)) + b"a_1" for b in range(256)), b"", b" \t\n", b"x",
+             "é_x ÿ9".encode(), b"\x00ab\x1cc\x85d", b"12ab __x__ a.b(c)"]
+    cases += [p.read_bytes() for p in sorted(FIXTURES.rglob("*.py"))]
+    for c in cases:
+        assert words_of(c) == set(WORD.findall(c)), c[:40]
+    assert words_of(b"a\x1cb\xa0c") == {b"a", b"b", b"c"}
+
+
 def test_cli_cache_and_workers_options(tmp_path, monkeypatch):
     tree = tmp_path / "t"
     shutil.copytree(FIXTURES / "pygates", tree)

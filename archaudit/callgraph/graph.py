@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import networkx as nx
 
 from ..parsing.python_ir import N
-from ..python.index import WORD, Index, flatten_top
+from ..python.index import Index, flatten_top, words_of
 from ..python.pybytes import ExternalRoots, word_pattern
 from .resolve import Ctx, Ref, Resolver, iter_stmts, walk_exprs
 
@@ -254,7 +254,7 @@ class CallGraph:
             data = self.index.source_bytes(m)  # read as before: unreadable files have no words
             f = facts.get(self.index.path_of[m]) if data else None
             # the prefilter workers already split these bytes into words
-            for w in (f[1].split(b"\n") if f is not None else set(WORD.findall(data))):
+            for w in (f[1].split(b"\n") if f is not None else words_of(data)):
                 if not w:
                     continue
                 got = words.get(w)

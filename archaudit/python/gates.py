@@ -28,7 +28,7 @@ from ..ruledata import load_rule
 from ..scancache import split_trailer
 from ..sources import Source
 from ..targets import Registry
-from .index import WORD, Index, ModuleInfo, _collect_defs, decode_check
+from .index import Index, ModuleInfo, _collect_defs, decode_check, words_of
 from .interp import GateRecord, Interp
 from .pybytes import (IDENT, SPACE, WORD_BYTE, ExternalRoots, ident_at, module_imports, name_occurrences,
                       qualified, receiver_chain, receiver_roots)
@@ -76,7 +76,7 @@ def byte_facts(data: bytes) -> tuple[bool, bytes]:
     A trigger that lies inside a word (all but `arch=compute`) is looked for in the words, a
     fifth of the bytes: each word is a maximal run of word bytes, so the newline after it ends
     it for `\\b` as what followed it in the file did. The others are looked for in the bytes."""
-    words = b"\n".join(sorted(set(WORD.findall(data))))
+    words = b"\n".join(sorted(words_of(data)))
     in_word, rest = _split_triggers()
     return in_word.search(words) is not None or (rest is not None and rest.search(data) is not None), words
 
