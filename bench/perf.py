@@ -3,6 +3,7 @@ against ripgrep for the trigger patterns as the floor, plus the scaling from 1 t
 
     python bench/perf.py                      # everything, medians of 3, writes bench/results/perf.{json,md}
     python bench/perf.py --repeat 5 --skip-scaling --out bench/results/perf-quick
+    python bench/perf.py --scaling-only --out bench/results/perf-scaling   # 1 -> 3 packages, 3 runs each
 
 Corpora (bench/corpus.py, downloaded once with pip and unpacked into its cache):
 fi072only = flashinfer-python 0.7.2.post1; fi072 = + sglang 0.5.23; fi072vllm = + vllm 0.33.0.
@@ -147,32 +148,13 @@ def compile_package() -> str:
     return f"compiled before the runs, as pip install does ({where})" if ok else "not compiled: each run compiles it"
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--repeat", type=int, default=3, help="floor, warm and touched runs")
-    ap.add_argument("--cold-repeat", type=int, default=3)
-    ap.add_argument("--scaling-repeat", type=int, default=3)
-    ap.add_argument("--skip-scaling", action="store_true")
-    ap.add_argument("--skip-check", action="store_true", help="skip the --workers 1 --no-cache identity check")
-    ap.add_argument("--skip-parse-floor", action="store_true", help="skip bench/parse_floor.py (about 2.5 min)")
-    ap.add_argument("--workdir", default=None, help="where the corpus copy and caches go (default: a temp dir)")
-    ap.add_argument("--out", default=str(REPO / "bench" / "results" / "perf"))
-    args = ap.parse_args()
-
-    work = Path(args.workdir or tempfile.mkdtemp(prefix="archaudit-perf-"))
-    work.mkdir(parents=True, exist_ok=True)
-    result: dict = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                                "started": time.strftime("%Y-%m-%d %H:%M:%S")}}
-    # the state `pip install` leaves: archaudit's modules byte-compiled (a checkout run with
-    # PYTHONDONTWRITEBYTECODE, as here, would otherwise compile them on every run: about 0.3 s
-    # of a warm run)
-    result["machine"]["bytecode"] = compile_package()
+def measure_fi072(args, work: Path, rg: list[str] | None, result: dict) -> None:
+    """Cold, warm and one-file-touched scans of flashinfer + sglang, the floor, the identity
+    check and the parse floor, into result["fi072"]."""
     src = corpus.site_packages("fi072")
     tree = work / "fi072"
     private_copy(src, tree)
     touched = next((tree / c for c in TOUCH_CANDIDATES if (tree / c).is_file()), None)
-    rg, rg_kind = find_rg(corpus.cache_root())
-    result["floor_tool"] = rg_kind
 
     floor = [run_measured(floor_cmd(rg, tree)) for _ in range(args.repeat)]
     cold, warm, touch_runs, jsons = [], [], [], {}
@@ -236,22 +218,59 @@ def main() -> int:
                        check=True, stdout=subprocess.DEVNULL)
         result["fi072"]["parse_floor"] = json.loads(out.read_text())
 
+
+def measure_scaling(args, work: Path, rg: list[str] | None) -> list[dict]:
+    """Cold --no-cache scans of one, two and three packages, the repeats taken in turns (run 1 of
+    each corpus, then run 2 of each...), so that a slow spell of the shared host does not fall on
+    one corpus."""
+    names = ("fi072only", "fi072", "fi072vllm")
+    runs: dict[str, list] = {n: [] for n in names}
+    for i in range(args.scaling_repeat):
+        for name in names:
+            runs[name].append(run_measured(scan_cmd(corpus.site_packages(name), work / f"scale-{name}.json", "--no-cache"),
+                                           env_for(work / "x")))
+            print(f"scaling {name} run {i}: {runs[name][-1]['wall_s']} s", file=sys.stderr)
+    scaling = []
+    for name in names:
+        root = corpus.site_packages(name)
+        out = work / f"scale-{name}.json"
+        stats = json.loads(out.read_text()).get("stats", {}) if out.is_file() else {}
+        scaling.append({"corpus": name, "packages": corpus.CORPORA[name], **prefilter_bytes(root),
+                        # what the gate rounds evaluated in the end (the first round's prefilter
+                        # passes fewer: later rounds add the modules that use a name found)
+                        "evaluated_bytes": stats.get("python_bytes_evaluated"),
+                        "evaluated_modules": stats.get("python_modules_evaluated"),
+                        "floor": summary([run_measured(floor_cmd(rg, root))]), "cold": summary(runs[name])})
+    return scaling
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeat", type=int, default=3, help="floor, warm and touched runs")
+    ap.add_argument("--cold-repeat", type=int, default=3)
+    ap.add_argument("--scaling-repeat", type=int, default=3)
+    ap.add_argument("--skip-scaling", action="store_true")
+    ap.add_argument("--scaling-only", action="store_true", help="only the scaling runs (use another --out)")
+    ap.add_argument("--skip-check", action="store_true", help="skip the --workers 1 --no-cache identity check")
+    ap.add_argument("--skip-parse-floor", action="store_true", help="skip bench/parse_floor.py (about 2.5 min)")
+    ap.add_argument("--workdir", default=None, help="where the corpus copy and caches go (default: a temp dir)")
+    ap.add_argument("--out", default=str(REPO / "bench" / "results" / "perf"))
+    args = ap.parse_args()
+
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="archaudit-perf-"))
+    work.mkdir(parents=True, exist_ok=True)
+    result: dict = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                                "started": time.strftime("%Y-%m-%d %H:%M:%S")}}
+    # the state `pip install` leaves: archaudit's modules byte-compiled (a checkout run with
+    # PYTHONDONTWRITEBYTECODE, as here, would otherwise compile them on every run: about 0.3 s
+    # of a warm run)
+    result["machine"]["bytecode"] = compile_package()
+    rg, rg_kind = find_rg(corpus.cache_root())
+    result["floor_tool"] = rg_kind
+    if not args.scaling_only:
+        measure_fi072(args, work, rg, result)
     if not args.skip_scaling:
-        scaling = []
-        for name in ("fi072only", "fi072", "fi072vllm"):
-            root = corpus.site_packages(name)
-            out = work / f"scale-{name}.json"
-            runs = [run_measured(scan_cmd(root, out, "--no-cache"), env_for(work / "x"))
-                    for _ in range(args.scaling_repeat)]
-            stats = json.loads(out.read_text()).get("stats", {}) if out.is_file() else {}
-            scaling.append({"corpus": name, "packages": corpus.CORPORA[name], **prefilter_bytes(root),
-                            # what the gate rounds evaluated in the end (the first round's prefilter
-                            # passes fewer: later rounds add the modules that use a name found)
-                            "evaluated_bytes": stats.get("python_bytes_evaluated"),
-                            "evaluated_modules": stats.get("python_modules_evaluated"),
-                            "floor": summary([run_measured(floor_cmd(rg, root))]), "cold": summary(runs)})
-            print(f"scaling {name}: {scaling[-1]['cold']['median_wall_s']} s", file=sys.stderr)
-        result["scaling"] = scaling
+        result["scaling"] = measure_scaling(args, work, rg)
 
     outp = Path(args.out)
     outp.parent.mkdir(parents=True, exist_ok=True)
@@ -265,6 +284,17 @@ def main() -> int:
 
 
 def render(r: dict) -> str:
+    out = ["# archaudit performance: flashinfer-python 0.7.2.post1 + sglang 0.5.23, --target sm_120", "",
+           f"started {r['machine']['started']}, {r['machine']['cpus']} CPUs, Python {r['machine']['python']}; "
+           f"archaudit's bytecode {r['machine'].get('bytecode', '?')}", ""]
+    if "fi072" in r:
+        out += render_fi072(r)
+    if r.get("scaling"):
+        out += render_scaling(r["scaling"])
+    return "\n".join(out) + "\n"
+
+
+def render_fi072(r: dict) -> list[str]:
     f = r["fi072"]
     rows = [
         "| case | wall s (median) | CPU s | peak RSS MB | load avg | x floor |",
@@ -278,10 +308,7 @@ def render(r: dict) -> str:
         ratio = f["ratio_to_floor"].get(k, 1.0) if k != "floor" else 1.0
         rows.append(f"| {label} | {s['median_wall_s']} | {s['median_cpu_s']} | {s['median_rss_mb']} | "
                     f"{s['median_load1']} | {ratio} |")
-    out = ["# archaudit performance: flashinfer-python 0.7.2.post1 + sglang 0.5.23, --target sm_120", "",
-           f"started {r['machine']['started']}, {r['machine']['cpus']} CPUs, Python {r['machine']['python']}; "
-           f"archaudit's bytecode {r['machine'].get('bytecode', '?')}", "",
-           *rows, "",
+    out = [*rows, "",
            f"Python bytes {f['python_bytes']:,}; passing the first-round byte prefilter {f['prefilter_bytes']:,} "
            f"({f['prefilter_files']} files).", "",
            "Identical reports (gates, findings, diagnostics) to the cold run: "
@@ -303,21 +330,25 @@ def render(r: dict) -> str:
                 f"{shallow['parse_python_cpu_s']} |", "",
                 f"Reading, prefilter and tree-sitter alone, shared perfectly over {pf['cores']} cores: "
                 f"{pf['floor_wall_s']} s wall.", ""]
-    if r.get("scaling"):
-        out += ["## Scaling (cold, --no-cache)", "",
-                "| corpus | Python MB | prefilter MB | evaluated MB (modules) | cold wall s | s per prefilter MB "
-                "| s per evaluated MB | CPU s | RSS MB | floor s | load |",
-                "|---|---|---|---|---|---|---|---|---|---|---|"]
-        for s in r["scaling"]:
-            wall, ev = s["cold"]["median_wall_s"], s.get("evaluated_bytes")
-            evaluated = f"{ev / 1e6:.1f} ({s['evaluated_modules']})" if ev else "-"
-            per_ev = f"{wall / (ev / 1e6):.2f}" if ev else "-"
-            out.append(f"| {' + '.join(s['packages'])} | {s['python_bytes'] / 1e6:.1f} | {s['prefilter_bytes'] / 1e6:.1f} | "
-                       f"{evaluated} | {wall} | {wall / (s['prefilter_bytes'] / 1e6):.2f} | {per_ev} | "
-                       f"{s['cold']['median_cpu_s']} | {s['cold']['median_rss_mb']} | "
-                       f"{s['floor']['median_wall_s']} | {s['cold']['median_load1']} |")
-        out.append("")
-    return "\n".join(out) + "\n"
+    return out
+
+
+def render_scaling(scaling: list[dict]) -> list[str]:
+    out = ["## Scaling (cold, --no-cache)", "",
+           "| corpus | Python MB | prefilter MB | evaluated MB (modules) | cold wall s (median; runs) | s per prefilter MB "
+           "| s per evaluated MB | CPU s | RSS MB | floor s | load |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for s in scaling:
+        wall, ev = s["cold"]["median_wall_s"], s.get("evaluated_bytes")
+        evaluated = f"{ev / 1e6:.1f} ({s['evaluated_modules']})" if ev else "-"
+        per_ev = f"{wall / (ev / 1e6):.2f}" if ev else "-"
+        runs = ", ".join(str(x["wall_s"]) for x in s["cold"]["runs"])
+        out.append(f"| {' + '.join(s['packages'])} | {s['python_bytes'] / 1e6:.1f} | {s['prefilter_bytes'] / 1e6:.1f} | "
+                   f"{evaluated} | {wall} ({runs}) | {wall / (s['prefilter_bytes'] / 1e6):.2f} | {per_ev} | "
+                   f"{s['cold']['median_cpu_s']} | {s['cold']['median_rss_mb']} | "
+                   f"{s['floor']['median_wall_s']} | {s['cold']['median_load1']} |")
+    out.append("")
+    return out
 
 
 if __name__ == "__main__":
