@@ -16,7 +16,7 @@ from ..model import Diagnostic
 from ..parsing.python_ir import LazyFields, N, ParsedModule, parse_python
 from ..sources import Source
 
-# the words of a file: the prefilter workers split each file on this once, and both the gate
+# the words of a file (words_of): the prefilter workers split each file once, and both the gate
 # finder (identifiers) and the call graph's word index use the result
 WORD = re.compile(rb"\w+")
 # every byte WORD does not match ([A-Za-z0-9_] in a bytes pattern) as a space
@@ -24,8 +24,8 @@ _WORDS_ONLY = bytes(b if WORD.fullmatch(bytes((b,))) else 32 for b in range(256)
 
 
 def words_of(data: bytes) -> set[bytes]:
-    """set(WORD.findall(data)): the maximal runs of word bytes, split at C speed (1.8x faster on
-    flashinfer + sglang's 168 MB of Python, where the prefilter spent 4.4 s on it)."""
+    """set(WORD.findall(data)): the maximal runs of word bytes, split at C speed (on flashinfer +
+    sglang's 168 MB of Python, 2.5 s instead of the regular expression's 4.4 s)."""
     return set(data.translate(_WORDS_ONLY).split())
 
 
