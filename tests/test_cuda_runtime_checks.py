@@ -1,8 +1,10 @@
 """C++ runtime architecture checks (archaudit.cuda.runtime_checks)."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
+from archaudit.cuda import runtime_checks as rc
 from archaudit.cuda.runtime_checks import find_runtime_checks
 from archaudit.model import CPP_RUNTIME_CHECK
 
@@ -53,3 +55,43 @@ void f(const cudaDeviceProp& props, int device) {
         (5, ["sm_100", "sm_103", "sm_107"]),
         (6, ["sm_120", "sm_121"]),
     ]
+
+
+_REGEX_SOURCE = re.compile(rb"getSMVersion|getSmVersion|get_sm_version|ComputeCapability|[.>]major\b")
+_REGEX_CHECK = re.compile(rb"CHECK|throw|THROW|_ERROR")
+
+
+def _plain_rewrite(expr: str, props: set[str]) -> str:
+    """_rewrite_sources without its substring tests."""
+    expr = rc._SM_CALL.sub(rc.CC, expr)
+
+    def field(m):
+        if m.group(1) in props or re.search(r"prop", m.group(1), re.I):
+            return rc.MAJOR if m.group(2) == "major" else rc.MINOR
+        return m.group(0)
+
+    return rc._PROP_FIELD.sub(field, expr)
+
+
+def test_substring_tests_answer_as_the_patterns():
+    """The file prefilter (_may_check_arch) and _rewrite_sources test substrings before, or
+    instead of, running patterns: the same answers as the patterns, on every C/C++ fixture and
+    on the edges (`major` at either end, after `.`/`->`/other bytes, followed by a word byte)."""
+    texts = [p.read_bytes() for p in sorted((FIX.parent).rglob("*")) if p.suffix in (".cu", ".cuh", ".h", ".hpp", ".cpp", ".cc")]
+    edges = [b"major", b".major", b"x.major", b"p->major", b"p->majorx", b"p.major_", b"p.major9", b"p.major;",
+             b"p:major", b"majormajor.major", b"getSmVersion", b"get_sm_version()", b"ComputeCapability",
+             b"cudaDevAttrComputeCapabilityMajor", b"p . major", b"\x00.major\xff"]
+    for check in (b"", b" TORCH_CHECK(", b" throw x;", b" TVM_FFI_THROW", b"FLASHINFER_ERROR"):
+        texts += [e + check for e in edges] + [check + e for e in edges]
+    assert len(texts) > 200
+    for t in texts:
+        want = _REGEX_SOURCE.search(t) is not None and _REGEX_CHECK.search(t) is not None
+        assert rc._may_check_arch(t) == want, t[:60]
+    exprs = [t.decode("latin-1") for t in texts] + [
+        "getSMVersion() >= 90", "tensorrt_llm::common::getSMVersion() == 100", "a::b:: getSmVersion ( )",
+        "props.major * 10 + props.minor", "dev->minor", "p->minor", "props.minor", "x.major", "p.minorx",
+        "getSMVersionFromDevice(0)"]
+    for e in exprs:
+        for props in (set(), {"x", "p"}):
+            assert rc._rewrite_sources(e, props) == _plain_rewrite(e, props)
+    assert rc._rewrite_sources("tensorrt_llm::common::getSMVersion() == 100", set()) == f"{rc.CC} == 100"

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from ..model import CPP_RUNTIME_CHECK, Gate
 from ..parsing import cpp
+from ..python.pybytes import WORD_BYTE
 from ..targets import registry
 from .preproc import _Parser, _Val, parse_int, tokenize
 
@@ -55,8 +56,12 @@ _ENUM_BODY = re.compile(r"\benum\b(?:\s+class|\s+struct)?\s*\w*\s*(?::\s*[\w:]+)
 # member initialisers)
 _VAR_INIT = re.compile(r"(?=\b([A-Za-z_]\w*)\s*(?:=(?!=)|\()\s*((?:[^;{}()]|\([^;{}()]*\))*?)\s*\)?\s*[;,{])")
 
-_BYTES_PREFILTER = re.compile(rb"getSMVersion|getSmVersion|get_sm_version|ComputeCapability|[.>]major\b")
-_LITERALS = (b"SMVersion", b"SmVersion", b"sm_version", b"ComputeCapability", b"major")
+# what a file must hold to be searched: rb"getSMVersion|getSmVersion|get_sm_version|
+# ComputeCapability|[.>]major\b" and rb"CHECK|throw|THROW|_ERROR" (see _may_check_arch)
+_SOURCE_WORDS = (b"getSMVersion", b"getSmVersion", b"get_sm_version", b"ComputeCapability")
+_CHECK_WORDS = (b"CHECK", b"throw", b"THROW", b"_ERROR")
+# the spellings _SM_CALL names (getSMVersionFromDevice starts with getSMVersion)
+_SM_NAMES = ("getSMVersion", "getSmVersion", "get_sm_version", "GetSMVersion")
 CC, MAJOR, MINOR = "__arch_cc__", "__arch_major__", "__arch_minor__"
 _ARCH_WORDS = (CC, MAJOR, MINOR)
 
@@ -141,7 +146,12 @@ def _find_checks(sc: cpp.Scan) -> list[_Check]:
 
 
 def _rewrite_sources(expr: str, props: set[str]) -> str:
-    expr = _SM_CALL.sub(CC, expr)
+    # the patterns only run on text holding their names: _SM_CALL's optional qualifier is tried,
+    # and backtracked, at every offset of every identifier of a whole file's code
+    if any(n in expr for n in _SM_NAMES):
+        expr = _SM_CALL.sub(CC, expr)
+    if "major" not in expr and "minor" not in expr:
+        return expr
 
     def field(m):
         if m.group(1) in props or re.search(r"prop", m.group(1), re.I):
@@ -387,6 +397,23 @@ class _ConstIndex:
         return out
 
 
+def _may_check_arch(data: bytes) -> bool:
+    """Can the file hold a runtime architecture check: an architecture source (one of
+    _SOURCE_WORDS, or `.major`/`->major` ending a word) and a check or throw word? What the two
+    patterns in _SOURCE_WORDS' comment find, by substring search at memchr speed (`[.>]major\b`
+    has no literal prefix: re tried it at every offset of each file naming `major`)."""
+    if not any(w in data for w in _CHECK_WORDS):
+        return False
+    if any(w in data for w in _SOURCE_WORDS):
+        return True
+    i = data.find(b"major", 1)
+    while i >= 0:
+        if data[i - 1] in b".>" and (i + 5 == len(data) or not WORD_BYTE[data[i + 5]]):
+            return True
+        i = data.find(b"major", i + 1)
+    return False
+
+
 def scan_runtime_checks(reader, files, resolver=None, package: str | None = None) -> list[Gate]:
     """Runtime checks in many files; constants also come from the package headers each includes."""
     gates: list[Gate] = []
@@ -395,10 +422,7 @@ def scan_runtime_checks(reader, files, resolver=None, package: str | None = None
         if not f.endswith((".cu", ".cuh", ".h", ".hpp", ".cc", ".cpp", ".inl")):
             continue
         data = reader.read(f)
-        # literal `in` tests run at memchr speed; the regexes only see the few files that pass
-        if not data or not any(lit in data for lit in _LITERALS):
-            continue
-        if not _BYTES_PREFILTER.search(data) or not re.search(rb"CHECK|throw|THROW|_ERROR", data):
+        if not data or not _may_check_arch(data):
             continue
         gates.extend(find_runtime_checks(f, data, package=package, constants=lambda f=f, d=data: consts.closure(f, d)))
     return sorted(gates, key=Gate.sort_key)
