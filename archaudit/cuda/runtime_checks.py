@@ -400,7 +400,7 @@ class _ConstIndex:
 def _may_check_arch(data: bytes) -> bool:
     """Can the file hold a runtime architecture check: an architecture source (one of
     _SOURCE_WORDS, or `.major`/`->major` ending a word) and a check or throw word? What the two
-    patterns in _SOURCE_WORDS' comment find, by substring search at memchr speed (`[.>]major\b`
+    patterns in _SOURCE_WORDS' comment find, by substring search at memchr speed (`[.>]major\\b`
     has no literal prefix: re tried it at every offset of each file naming `major`)."""
     if not any(w in data for w in _CHECK_WORDS):
         return False
