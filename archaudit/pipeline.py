@@ -251,6 +251,7 @@ def _scan(path, targets, reg, progress, cache, workers) -> ScanResult:
     finally:  # only the gate rounds ask it for parses
         if parse_pool is not None:
             parse_pool.close()
+            index.parse_pool = None
     say("looking for architecture checks in C++ host code")
     cpp_gates = rc_job.result() if rc_job is not None else None
     if cpp_gates is None:

@@ -252,6 +252,11 @@ def find_python_gates(source: Source, index: Index, reg: Registry, package_of, p
         src = index.source_bytes(m)
         return any_use(src, occ, 0, len(src))
 
+    def needs_parse(m: str) -> bool:
+        """Must module m be loaded to list its functions? Not when it was parsed in full before
+        and then evicted: its spans are known."""
+        return m in index._mods or m not in index._was_full
+
     names_b: set[bytes] = set()
     # name -> the modules that define a function or global of that name found to depend on the GPU
     homes: dict[bytes, set[str]] = {}
@@ -271,7 +276,7 @@ def find_python_gates(source: Source, index: Index, reg: Registry, package_of, p
         # its order are the same as when made first (evaluating adds to `reported` only the
         # items already listed).
         order = sorted(relevant)
-        index.prefetch([m for m in order if m in index._mods or m not in index._was_full])
+        index.prefetch([m for m in order if needs_parse(m)])
 
         def round_todo():
             yield from sorted(redo, key=_owner_key)
@@ -279,10 +284,7 @@ def find_python_gates(source: Source, index: Index, reg: Registry, package_of, p
             for k, modname in enumerate(order):
                 if progress and k % 50 == 0:
                     progress(f"gate round {scan.rounds}: modules searched ({index.parsed_count} parsed)", k, len(order))
-                if modname in index._mods or modname not in index._was_full:
-                    mod = index.module(modname)
-                else:  # parsed in full before, then evicted: its spans are known, no need to parse
-                    mod = True
+                mod = index.module(modname) if needs_parse(modname) else True
                 if mod is None:
                     continue
                 if modname in new_rel:

@@ -208,13 +208,13 @@ class Index:
         # a module once parsed in full is parsed in full again after an eviction
         return not (full or self.wants_full(name) or name in self._was_full)
 
-    def prefetch(self, names: list[str], full: bool = False) -> None:
-        """Have the parse pool parse those of `names` that module(name, full) would parse, in
-        this order (see ParsePool.take)."""
+    def prefetch(self, names: list[str]) -> None:
+        """Have the parse pool parse those of `names` that module(name) would parse, in this
+        order (see ParsePool.take)."""
         if self.parse_pool is None:
             return
         for name in names:
-            shallow = self._parse_mode(name, full)
+            shallow = self._parse_mode(name, False)
             data = self.source_bytes(name) if shallow is not None else b""
             if data:
                 self.parse_pool.want(self.path_of[name], data, shallow)
