@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from . import __version__
 from .model import UNRESOLVED, VERDICTS, Finding, Gate
+from .safeio import UnsafeInput, load_json_file
 
 # a finding that no verdict was computed for (before/without the judge): honest, never a guess
 NOT_JUDGED = "no verdict was computed for this gate on this GPU"
@@ -217,13 +218,12 @@ def dump_baseline(items: list[Reported], targets: list[str]) -> str:
 
 def load_baseline(path) -> Baseline:
     try:
-        with open(path, encoding="utf-8") as f:
-            obj = json.load(f)
+        obj = load_json_file(path)
     except FileNotFoundError:
         raise BaselineError(f"{path}: no such baseline file (create one with `archaudit baseline`)") from None
-    except (OSError, UnicodeDecodeError) as e:
+    except (OSError, UnicodeDecodeError, UnsafeInput) as e:
         raise BaselineError(f"{path}: cannot read baseline: {e}") from None
-    except json.JSONDecodeError as e:
+    except ValueError as e:
         raise BaselineError(f"{path}: not a JSON baseline file ({e})") from None
     if not isinstance(obj, dict) or obj.get("format") != BASELINE_FORMAT:
         raise BaselineError(f"{path}: not an archaudit baseline (missing \"format\": \"{BASELINE_FORMAT}\")")

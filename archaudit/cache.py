@@ -6,19 +6,25 @@ depends on besides its key: the archaudit version and source code, the rule file
 tree-sitter grammar versions and the Python version (pickle format). A different tag is a
 different directory, so entries of another version are never read; old tags are pruned.
 
-Each entry is a header (magic, tag, payload length, blake2b digest) followed by a pickle.
-Writes go to a temporary file in the same directory and are published with os.replace, so a
+Each entry is a header (magic, tag, payload length, MAC) followed by a pickle. The MAC is a keyed
+blake2b under a per-user secret that lives outside the cache directory (see `secret_path`), so an
+entry that anyone else wrote -- a cache restored from CI storage, a directory others can write --
+fails the check and is never unpickled. Entries are opened without following links and without
+blocking, and accepted only as regular files owned by the user below MAX_ENTRY_BYTES; anything else
+is deleted and rebuilt. Writes go to a temporary file in the same directory and are published with os.replace, so a
 reader sees either the whole old entry, the whole new one, or none; two scans writing the same
 key write the same value. Anything unexpected on read -- short file, wrong magic, other tag,
 digest mismatch, unpickling error -- is a miss, never an error. A failing write (full disk,
 read-only cache dir) turns the cache off for the rest of the run.
 
-The cache only holds what archaudit computed itself; unpickling trusts the user's own cache
-directory the way pip and pytest trust theirs.
+Only bytes that carry our own MAC are unpickled: the secret is what the cache trusts, not the
+directory. A CI job that restores its cache on another machine passes the same secret in
+$ARCHAUDIT_CACHE_KEY (from the CI's secret store); without it, a restored cache is a miss.
 """
 from __future__ import annotations
 
 import hashlib
+import hmac
 import os
 import pickle
 import shutil
@@ -29,8 +35,13 @@ import time
 from functools import lru_cache
 from pathlib import Path
 
+from .safeio import read_regular_file
+
 MAGIC = b"ARCHAUDIT-CACHE\x01"
-_HEADER = struct.Struct("<16s32sQ32s")  # magic, tag, payload length, digest
+_HEADER = struct.Struct("<16s32sQ32s")  # magic, tag, payload length, MAC
+# an entry larger than this is not read (the largest real one, a whole-scan result, is a few MB)
+MAX_ENTRY_BYTES = 1 << 30
+SECRET_BYTES = 32
 # keep this many version directories (the current one included); older ones are removed
 KEEP_TAGS = 3
 
@@ -41,6 +52,66 @@ def default_root() -> Path:
         return Path(env)
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "archaudit"
+
+
+def secret_path() -> Path:
+    """Where the per-user cache secret lives: $ARCHAUDIT_CACHE_SECRET_FILE, else
+    $XDG_CONFIG_HOME/archaudit/cache-secret, else ~/.config/archaudit/cache-secret."""
+    env = os.environ.get("ARCHAUDIT_CACHE_SECRET_FILE")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "archaudit" / "cache-secret"
+
+
+def cache_secret() -> bytes | None:
+    """The per-user MAC key: from $ARCHAUDIT_CACHE_KEY, else the secret file (created 0600 with
+    random bytes when absent; replaced when it is not a private regular file of ours). None when no
+    secret can be had: the cache is then off."""
+    env = os.environ.get("ARCHAUDIT_CACHE_KEY")
+    if env:
+        return hashlib.blake2b(env.encode("utf-8", "surrogatepass"), digest_size=SECRET_BYTES).digest()
+    path = secret_path()
+    for _ in range(3):
+        try:
+            data = read_regular_file(path, SECRET_BYTES, follow_links=False, owned=True, private=True)
+            if len(data) == SECRET_BYTES:
+                return data
+        except (OSError, ValueError):
+            pass  # absent or unusable: made anew below
+        if os.path.lexists(path):
+            try:
+                os.unlink(path)  # a wrong secret file (link, FIFO, short, shared): make a new one
+            except OSError:
+                return None
+        if not _create_secret(path):
+            return None
+    return None
+
+
+def _create_secret(path: Path) -> bool:
+    """Publish a new random secret at path with 0600, atomically (link fails if another process won
+    the race; its secret is then read on the next try)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".cache-secret-")
+    except OSError:
+        return False
+    try:
+        with os.fdopen(fd, "wb") as f:  # mkstemp creates the file 0600
+            f.write(os.urandom(SECRET_BYTES))
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass
+        return True
+    except OSError:
+        return False
+    finally:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
 
 
 def digest(data: bytes) -> str:
@@ -93,11 +164,13 @@ def _dist_version(mod: str) -> str:
 class Cache:
     """get/put of picklable values by (namespace, key). Never raises on a bad entry."""
 
-    def __init__(self, root: str | os.PathLike | None = None, tag: str | None = None):
+    def __init__(self, root: str | os.PathLike | None = None, tag: str | None = None,
+                 secret: bytes | None = None):
         self.root = Path(root) if root is not None else default_root()
         self.tag = tag or version_tag()
         self.dir = self.root / f"scan-{self.tag}"
-        self.enabled = True
+        self._secret = secret if secret is not None else cache_secret()
+        self.enabled = self._secret is not None
         self.hits = 0
         self.misses = 0
         self.writes = 0
@@ -112,16 +185,22 @@ class Cache:
         """The stored value, or None on a miss (absent, truncated, corrupt or foreign entry)."""
         if not self.enabled:
             return None
+        path = self.path(ns, key)
         try:
-            with open(self.path(ns, key), "rb") as f:
-                raw = f.read()
-        except OSError:
+            raw = read_regular_file(path, MAX_ENTRY_BYTES, follow_links=False, owned=True)
+        except FileNotFoundError:
             self.misses += 1
             return None
-        value = self._decode(raw)
+        except (OSError, ValueError):
+            raw = None  # a link, FIFO, device, another user's or oversized entry
+        value = None if raw is None else self._decode(raw)
         if value is None:
             self.misses += 1
             self.bad += 1
+            try:
+                os.unlink(path)  # rebuilt by the put that follows the miss
+            except OSError:
+                pass
             return None
         self.hits += 1
         return value[0]
@@ -133,12 +212,15 @@ class Cache:
         payload = memoryview(raw)[_HEADER.size:]
         if magic != MAGIC or tag != self._tag_bytes or length != len(payload):
             return None
-        if hashlib.blake2b(payload, digest_size=32).digest() != dig:
+        if not hmac.compare_digest(self._mac(payload), dig):
             return None
         try:
             return (pickle.loads(payload),)
         except Exception:  # noqa: BLE001 - any unpickling problem is a miss
             return None
+
+    def _mac(self, payload) -> bytes:
+        return hashlib.blake2b(payload, digest_size=32, key=self._secret).digest()
 
     def put(self, ns: str, key: str, value) -> bool:
         if not self.enabled:
@@ -147,7 +229,7 @@ class Cache:
             payload = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception:  # noqa: BLE001 - an unpicklable value is simply not cached
             return False
-        head = _HEADER.pack(MAGIC, self._tag_bytes, len(payload), hashlib.blake2b(payload, digest_size=32).digest())
+        head = _HEADER.pack(MAGIC, self._tag_bytes, len(payload), self._mac(payload))
         target = self.path(ns, key)
         tmp = None
         try:

@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .safeio import UnsafeInput, read_regular_file
+
 # files that pin packages, in order of preference (hand-edited files first: that is where a
 # reviewer changes a version)
 PIN_GLOBS = ("requirements*.txt", "constraints*.txt", "pyproject.toml", "uv.lock", "poetry.lock")
@@ -68,9 +70,9 @@ _LOCK_NAME = re.compile(r"""^\s*name\s*=\s*["']([^"']+)["']""")
 
 def _pins_in(path: Path, rel: str) -> dict[str, Pin]:
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return {}
+        text = read_regular_file(path).decode("utf-8", errors="replace")
+    except (OSError, UnsafeInput):
+        return {}  # a pin file that is a link to a device, a FIFO or oversized pins nothing
     out: dict[str, Pin] = {}
     name = path.name
     lines = text.splitlines()

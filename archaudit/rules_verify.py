@@ -32,6 +32,7 @@ from .cuda.ruleset import (
     predefined_macros,
 )
 from .ruledata import load_rule
+from .safeio import load_json_file
 from .targets import CompileTarget, registry
 
 CACHE_FORMAT = 1  # bump when probe wrappers change meaning
@@ -133,8 +134,7 @@ class ProbeCache:
         if self.root is None:
             return None
         try:
-            with open(self._path(key), encoding="utf-8") as f:
-                v = json.load(f)
+            v = load_json_file(self._path(key))
             if isinstance(v, dict) and v.get("key") == key:
                 return v
         except (OSError, ValueError):

@@ -202,3 +202,24 @@ def test_bad_baseline_files_are_usage_errors(repo, content, message):
 def test_baseline_needs_a_target(repo):
     r = _run(["baseline", "ciapp"], repo)
     assert r.exit_code == 2 and "--target" in r.stderr
+
+
+@pytest.mark.parametrize("kind, message", [
+    ("dev-zero-link", "not a regular file"),
+    ("fifo", "not a regular file"),
+    ("deep", "nested deeper than 64 levels"),
+])
+def test_hostile_baseline_files_are_input_errors(repo, kind, message):
+    import time
+
+    b = repo / "b.json"
+    if kind == "dev-zero-link":
+        b.symlink_to("/dev/zero")
+    elif kind == "fifo":
+        os.mkfifo(b)
+    else:
+        b.write_text('{"format": "archaudit-baseline", "x": ' + "[" * 100000 + "]" * 100000 + "}")
+    t0 = time.monotonic()
+    r = _run(["scan", "ciapp", "-t", "sm_120", "--baseline", "b.json"], repo)
+    assert time.monotonic() - t0 < 30  # the scan of the fixture itself; the baseline read is at once
+    assert r.exit_code == 2 and message in r.stderr and "Traceback" not in r.output

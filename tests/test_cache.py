@@ -165,3 +165,111 @@ def test_two_scans_at_once(tmp_path):
     assert not [p for p in (tmp_path / "c").rglob(".tmp-*")]
     again = subprocess.run(cmd, env=env, capture_output=True, timeout=300).stdout
     assert json.loads(again)["gates"] == want
+
+
+# --- entries someone else wrote ----------------------------------------------------------------
+class _Payload:
+    """Unpickling this runs a command: what a forged entry would carry."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def _forge(c: Cache, ns: str, key: str, payload: bytes) -> None:
+    """An entry with the right magic, tag and length, and the digest an attacker can compute
+    without our secret (the unkeyed blake2b of the payload)."""
+    import hashlib
+
+    head = cache_mod._HEADER.pack(cache_mod.MAGIC, c._tag_bytes, len(payload),
+                                  hashlib.blake2b(payload, digest_size=32).digest())
+    p = c.path(ns, key)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_bytes(head + payload)
+
+
+def test_forged_entry_runs_no_code(tmp_path):
+    import pickle
+
+    marker = tmp_path / "pwned"
+    c = Cache(tmp_path / "c")
+    _forge(c, "x", "abcd", pickle.dumps(_Payload(marker)))
+    assert Cache(tmp_path / "c").get("x", "abcd") is None
+    assert not marker.exists()
+    assert not c.path("x", "abcd").exists()  # the bad entry is deleted
+
+
+def test_forged_scan_entries_run_no_code(tmp_path):
+    """Every entry of a real scan replaced by a forged one: the scan ignores them all, runs nothing,
+    and gives the same report."""
+    import pickle
+
+    tree = _tree(tmp_path)
+    plain = scan(tree)
+    c = Cache(tmp_path / "c")
+    scan(tree, cache=c)
+    marker = tmp_path / "pwned"
+    entries = [p for ns in ("result", "run") for p in _entries(c, ns)]
+    assert entries
+    for p in entries:
+        ns, key = p.parent.parent.name, p.name
+        _forge(c, ns, key, pickle.dumps(_Payload(marker)))
+    r = scan(tree, cache=Cache(tmp_path / "c"))
+    assert not marker.exists()
+    assert r.cache["bad"] >= 1
+    _same(plain, r)
+
+
+def test_secret_is_private_and_per_user(tmp_path, monkeypatch):
+    monkeypatch.delenv("ARCHAUDIT_CACHE_KEY", raising=False)
+    secret = tmp_path / "cfg" / "cache-secret"
+    monkeypatch.setenv("ARCHAUDIT_CACHE_SECRET_FILE", str(secret))
+    c = Cache(tmp_path / "c")
+    assert c.enabled and secret.stat().st_mode & 0o777 == 0o600 and secret.stat().st_size == 32
+    c.put("x", "abcd", 1)
+    assert Cache(tmp_path / "c").get("x", "abcd") == 1
+    # a secret others can read is replaced: entries made under the old one are misses
+    secret.chmod(0o644)
+    c2 = Cache(tmp_path / "c")
+    assert secret.stat().st_mode & 0o777 == 0o600
+    assert c2.get("x", "abcd") is None and c2.bad == 1
+    # a secret given by the environment (a CI's secret store) is used instead of the file
+    monkeypatch.setenv("ARCHAUDIT_CACHE_KEY", "ci-secret")
+    Cache(tmp_path / "c").put("x", "abcd", 2)
+    assert Cache(tmp_path / "c").get("x", "abcd") == 2
+    monkeypatch.setenv("ARCHAUDIT_CACHE_KEY", "other")
+    assert Cache(tmp_path / "c").get("x", "abcd") is None
+
+
+def test_secret_that_is_a_link_is_replaced(tmp_path, monkeypatch):
+    monkeypatch.delenv("ARCHAUDIT_CACHE_KEY", raising=False)
+    secret = tmp_path / "cache-secret"
+    secret.symlink_to("/dev/zero")
+    monkeypatch.setenv("ARCHAUDIT_CACHE_SECRET_FILE", str(secret))
+    c = Cache(tmp_path / "c")
+    assert c.enabled and not secret.is_symlink() and secret.stat().st_size == 32
+
+
+@pytest.mark.parametrize("kind", ["dev-zero-link", "fifo", "directory"])
+def test_special_file_entries_are_misses_at_once(tmp_path, kind):
+    import time
+
+    c = Cache(tmp_path / "c")
+    c.put("x", "abcd", 1)
+    p = c.path("x", "abcd")
+    p.unlink()
+    if kind == "dev-zero-link":
+        p.symlink_to("/dev/zero")
+    elif kind == "fifo":
+        os.mkfifo(p)
+    else:
+        p.mkdir()
+    t0 = time.monotonic()
+    c2 = Cache(tmp_path / "c")
+    assert c2.get("x", "abcd") is None
+    assert time.monotonic() - t0 < 1
+    if kind != "directory":
+        assert not os.path.lexists(p)  # deleted, so the next put rebuilds it
+        assert c2.put("x", "abcd", 3) and Cache(tmp_path / "c").get("x", "abcd") == 3
