@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from .model import (BINARY_ONLY, CPP_RUNTIME_CHECK, HARDWARE_BOUND, PARTIAL, SOFTWARE_ONLY, UNRESOLVED, Diagnostic,
-                    Evidence, Finding, Gate, Kernel, Link, ModuleVerdict)
+                    Evidence, Finding, Gate, Kernel, Link, ModuleVerdict, internal_error)
 from .targets import CompileTarget, Gpu, Registry
 
 # TU diagnostics a scan reports as problems of the input (archaudit.cuda.tu.INPUT_PROBLEMS less the
@@ -354,7 +354,8 @@ TestsBefore = Callable[[Gate], list]  # Behind.tests_before for a gate: (relatio
 def judge_gates(gates: list[Gate], gpus: list[tuple[Gpu, CompileTarget]], behind: BehindFn, tus: TuCache,
                 patcher=None, progress=None, all_gates: list[Gate] | None = None,
                 tests_before: TestsBefore | None = None, not_evaluated: list | None = None,
-                prefetch: Callable[[dict], None] | None = None) -> list[Finding]:
+                prefetch: Callable[[dict], None] | None = None,
+                problems: list[Diagnostic] | None = None) -> list[Finding]:
     """Every gate x target that the gate excludes, classified; software-only ones with a patch
     plan that covers every gate on the chain (looked up in all_gates, default: gates).
     With tests_before, a gate the target never evaluates because an earlier arm admits the target
@@ -387,10 +388,19 @@ def judge_gates(gates: list[Gate], gpus: list[tuple[Gpu, CompileTarget]], behind
         return next((eg for rel, eg in earlier_of(g) if _test_true(eg, gpu.name) and (
             rel == "else-of" or (rel == "exit-if" and eg.region == "branch"))), None)
 
+    def fail(g: Gate, phase: str, e: Exception) -> str:
+        if problems is not None:
+            problems.append(internal_error(g.path, phase, e, g.line))
+        return f"archaudit's {phase} failed on this gate ({type(e).__name__}); see the internal-error diagnostic"
+
     def behind_of(g: Gate) -> Behind:
         b = cache.get((g.path, g.line))
         if b is None:
-            b = cache[(g.path, g.line)] = behind(g)
+            try:
+                b = behind(g)
+            except Exception as e:  # noqa: BLE001 - contained to this gate
+                b = Behind(reason=fail(g, "call-graph search", e))
+            cache[(g.path, g.line)] = b
         return b
 
     if prefetch is not None:
@@ -417,14 +427,21 @@ def judge_gates(gates: list[Gate], gpus: list[tuple[Gpu, CompileTarget]], behind
                    (rel == "exit-if" and eg.region == "after-early-exit" and _test_true(eg, gpu.name))
                    or (rel == "then-of" and eg.region == "branch" and _test_false(eg, gpu.name))]
         b = behind_of(g)
-        f = classify(g, gpu, ct, b, tus)
+        try:
+            f = classify(g, gpu, ct, b, tus)
+        except Exception as e:  # noqa: BLE001 - contained to this gate
+            findings.append(Finding(g, gpu.name, UNRESOLVED, reason=fail(g, "verdict", e)))
+            continue
         if stopped:
             f.reason += "; " + "; ".join(
                 f"{gpu.name} does not get this far unless the gate at {eg.path}:{eg.line} (`{eg.expr}`) lets it through"
                 for eg in stopped)
         if f.verdict in (SOFTWARE_ONLY, PARTIAL) and patcher is not None:
             # partial: the plan still applies, for the entry points the reason names as real
-            _patch_plan(f, g, gpu, b, by_place, patcher, first=stopped)
+            try:
+                _patch_plan(f, g, gpu, b, by_place, patcher, first=stopped)
+            except Exception as e:  # noqa: BLE001 - the verdict stands; the patch is what is missing
+                f.reason += "; " + fail(g, "patch planning", e)
         findings.append(f)
     return sorted(findings, key=Finding.sort_key)
 

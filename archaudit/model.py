@@ -35,6 +35,15 @@ class Diagnostic:
         return d
 
 
+def internal_error(path: str, phase: str, exc: BaseException, line: int | None = None) -> Diagnostic:
+    """What a failure of archaudit's own analysis on one file or function becomes: a diagnostic
+    naming the phase, while the rest of the scan goes on."""
+    return Diagnostic(path, "internal-error",
+                      f"{phase} stopped on this file ({type(exc).__name__}: {str(exc)[:200]}); its results "
+                      f"from that phase are incomplete. This is a bug in archaudit: please report it",
+                      line, "error")
+
+
 # Gate kinds
 PREDICATE_CALL = "predicate-call"  # is_sm90_supported(), has_device_capability(90)
 FLAG = "flag"  # get_platform().is_sm100, _is_sm90 module constants

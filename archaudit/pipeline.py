@@ -877,8 +877,9 @@ def judge_scan(source: Source, files: list[str], index: Index, gates: list[Gate]
     pairs = [(t.gpu, reg.compile_target(t)) for t in targets]
     tus = TuCache(project)
     not_evaluated: list = []
+    problems: list = []
     findings = judge_gates(gates, pairs, behind_from_callgraph(analysis), tus, patcher, progress=say,
                            tests_before=tests_before_from_callgraph(analysis), not_evaluated=not_evaluated,
                            prefetch=(lambda wanted: cuda.send(wanted) if wanted is not None else cuda.collect(tus, say))
-                           if cuda is not None else None)
-    return findings, patcher, tus.input_problems(), not_evaluated
+                           if cuda is not None else None, problems=problems)
+    return findings, patcher, tus.input_problems() + problems, not_evaluated

@@ -596,7 +596,8 @@ class Resolver:
         self._mro[cls] = (cls,)
         out = [cls]
         c = self.ctx(cls)
-        if c is not None and c.node is not None:
+        # a name bound to a class and later to a function (a decorator replacing it) has no bases
+        if c is not None and c.node is not None and c.node.k == "class":
             outer = c.parent or self.ctx(c.mod.name)
             for b in c.node.f["bases"]:
                 for r in self.eval(outer, b, 1):

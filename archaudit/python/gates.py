@@ -23,7 +23,7 @@ from bisect import bisect_left
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from ..model import Gate
+from ..model import Gate, internal_error
 from ..ruledata import load_rule
 from ..scancache import split_trailer
 from ..sources import Source
@@ -309,12 +309,15 @@ def find_python_gates(source: Source, index: Index, reg: Registry, package_of, p
             if mod is None:
                 continue
             reported.add((modname, qual))
-            if qual is None:
-                interp.report_module(modname)
-            else:
-                nodes = mod.defs_of(qual)
-                if nodes:
-                    interp.report_function(mod, qual, nodes)
+            try:
+                if qual is None:
+                    interp.report_module(modname)
+                else:
+                    nodes = mod.defs_of(qual)
+                    if nodes:
+                        interp.report_function(mod, qual, nodes)
+            except Exception as e:  # noqa: BLE001 - one function's failure is its diagnostic, not the scan's end
+                index.diagnostics.append(internal_error(mod.path, f"gate evaluation of {qual or 'the module body'}", e))
         # names that now carry an architecture dependence: their users may be gates too
         found = _arch_definitions(interp)
         new = {n for n, _m in found if n not in names and len(n) > 3 and n.isidentifier() and not n.startswith("__")}
