@@ -51,8 +51,11 @@ CAPABILITY_COMPARE = "capability-compare"  # major == 10, get_device_capability(
 ARCH_LIST = "arch-list"  # get_nvcc_flags_list(supported_major_versions=[9, 10])
 NVCC_FLAGS = "nvcc-flags"  # hard-coded -gencode flags given to a JIT build
 CPP_RUNTIME_CHECK = "cpp-runtime-check"  # TORCH_CHECK(sm >= 90) in C++ host code
+# a JIT generator whose nvcc flags are hard-coded (a literal, a module constant, an arch-keyed
+# table) and give code for some GPUs only: reported at the generator's def (archaudit.inventory)
+BUILD_FLAGS = "build-flags"
 
-GATE_KINDS = (PREDICATE_CALL, FLAG, CAPABILITY_COMPARE, ARCH_LIST, NVCC_FLAGS, CPP_RUNTIME_CHECK)
+GATE_KINDS = (PREDICATE_CALL, FLAG, CAPABILITY_COMPARE, ARCH_LIST, NVCC_FLAGS, CPP_RUNTIME_CHECK, BUILD_FLAGS)
 
 
 @dataclass

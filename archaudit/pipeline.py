@@ -64,7 +64,8 @@ class ScanResult:
     gates: list[Gate]
     diagnostics: list[Diagnostic]
     targets: list[TargetRequest] = field(default_factory=list)
-    findings: list[Finding] = field(default_factory=list)  # gate x target verdicts (issue 5)
+    findings: list[Finding] = field(default_factory=list)  # gate x target verdicts
+    modules: list = field(default_factory=list)  # inventory.ModuleRecord: every JIT module, judged per target
     patcher: Any = None  # the scan's Patcher when verdicts were computed (used by `archaudit patch`)
     stats: dict = field(default_factory=dict)
     # how the result was obtained: {"mode": "off"|"miss"|"hit"|"cutoff", files hashed/reused, ...}
@@ -216,7 +217,8 @@ def _scan(path, targets, reg, progress, cache, workers) -> ScanResult:
             stats = dict(payload["stats"], seconds=round(time.perf_counter() - t0, 3))
             return ScanResult(root=root, packages=dists, gates=list(payload["gates"]),
                               diagnostics=list(payload["diagnostics"]), targets=targets,
-                              findings=list(payload["findings"]), stats=stats, cache=info)
+                              findings=list(payload["findings"]), modules=list(payload["modules"]),
+                              stats=stats, cache=info)
     from .cuda.runtime_checks import scan_runtime_checks
     from .python.gates import find_python_gates
     from .python.index import Index
@@ -264,6 +266,7 @@ def _scan(path, targets, reg, progress, cache, workers) -> ScanResult:
     patcher = None
     tu_problems: list[Diagnostic] = []  # sources a JIT module compiles that nvcc would reject
     not_evaluated: list = []  # gate x target pairs an earlier arm of the same if/elif serves
+    modules: list = []  # the JIT-module inventory (with targets)
     # the IR memory bound is proven exact for the gate scan only (tests/test_perf.py); the call
     # graph and the patcher keep their own references to modules, so nothing is evicted now
     index.ir_budget = None
@@ -273,11 +276,15 @@ def _scan(path, targets, reg, progress, cache, workers) -> ScanResult:
         gate_paths = {g.path for g in gates}
         index.release_bodies(keep={m for m, p in index.path_of.items() if p in gate_paths})
         try:
-            findings, patcher, tu_problems, not_evaluated = run_with_big_stack(
-                lambda: judge_scan(source, files, index, gates, targets, reg, path_based, say, cuda))
+            judged = run_with_big_stack(
+                lambda: judge_scan(source, files, index, gates, targets, reg, path_based, say, cuda, pkg_of))
         finally:
             if cuda is not None:
                 cuda.close()
+        findings, patcher, tu_problems, not_evaluated = (judged.findings, judged.patcher, judged.problems,
+                                                         judged.not_evaluated)
+        modules = judged.modules
+        gates = sorted(gates + judged.flag_gates, key=Gate.sort_key)
     budget = [
         Diagnostic(index.path_of.get(m, m), "analysis-budget",
                    f"evaluation of {m + '.' + q if q else m} stopped at the step budget; gates after that point may be missing")
@@ -310,6 +317,7 @@ def _scan(path, targets, reg, progress, cache, workers) -> ScanResult:
         gates=gates,
         diagnostics=diags,
         findings=findings,
+        modules=modules,
         patcher=patcher,
         targets=targets,
         stats=stats,
@@ -318,6 +326,7 @@ def _scan(path, targets, reg, progress, cache, workers) -> ScanResult:
     )
     if store is not None and fp is not None and _inputs_unchanged(source, fp):
         payload = {"gates": result.gates, "diagnostics": result.diagnostics, "findings": result.findings,
+                   "modules": result.modules,
                    "stats": {k: v for k, v in stats.items() if k != "seconds"}, "names": gscan.names}
         key = fp.key(tnames)
         store.put("result", key, payload)
@@ -755,7 +764,7 @@ class _RuntimeChecksJob:
         return gates
 
 
-_PAYLOAD_KEYS = ("gates", "diagnostics", "findings", "stats", "names")
+_PAYLOAD_KEYS = ("gates", "diagnostics", "findings", "modules", "stats", "names")
 
 
 def _payload(v) -> dict | None:
@@ -859,11 +868,24 @@ def _prefilter_facts(source: Source, py_files: list[str], workers: int, say) -> 
     return prefilter_in_workers(str(source.root), py_files, workers, say)
 
 
+@dataclass
+class JudgedScan:
+    findings: list[Finding]
+    patcher: Any
+    problems: list[Diagnostic]  # sources a JIT module compiles that nvcc would reject; internal errors
+    not_evaluated: list  # gate x target pairs an earlier arm of the same if/elif serves
+    modules: list  # inventory.ModuleRecord
+    flag_gates: list[Gate]  # hard-coded build flags, as gates
+
+
 def judge_scan(source: Source, files: list[str], index: Index, gates: list[Gate], targets: list[TargetRequest],
-               reg: Registry, path_based: bool, say: Progress, cuda: CudaWorker | None = None):
-    """Verdicts for every gate x target the gate excludes (archaudit.judge)."""
+               reg: Registry, path_based: bool, say: Progress, cuda: CudaWorker | None = None,
+               package_of: Callable[[str], str | None] = lambda p: None) -> JudgedScan:
+    """Verdicts for every gate x target the gate excludes (archaudit.judge), and the JIT-module
+    inventory with the build-flag gates it finds (archaudit.inventory)."""
     from .callgraph import Analysis
     from .cuda.tu import CudaProject
+    from .inventory import Inventory
     from .judge import TuCache, behind_from_callgraph, judge_gates, tests_before_from_callgraph
     from .patch import Patcher, module_binding, reevaluate_gate
 
@@ -877,9 +899,27 @@ def judge_scan(source: Source, files: list[str], index: Index, gates: list[Gate]
     pairs = [(t.gpu, reg.compile_target(t)) for t in targets]
     tus = TuCache(project)
     not_evaluated: list = []
-    problems: list = []
+    say("listing JIT modules")
+    inventory = Inventory(analysis, reg, tus)
+    inventory.collect(say)
+    ct_of = {gpu.name: ct for gpu, ct in pairs}
+
+    def prefetch(wanted):
+        # the TUs behind the gates as they are found, then those judging the inventory's modules
+        if wanted is not None:
+            cuda.send(wanted)
+            return
+        extra = inventory.tu_requests(ct_of)
+        if extra:
+            cuda.send(extra)
+        cuda.collect(tus, say)
+
     findings = judge_gates(gates, pairs, behind_from_callgraph(analysis), tus, patcher, progress=say,
                            tests_before=tests_before_from_callgraph(analysis), not_evaluated=not_evaluated,
-                           prefetch=(lambda wanted: cuda.send(wanted) if wanted is not None else cuda.collect(tus, say))
-                           if cuda is not None else None, problems=problems)
-    return findings, patcher, tus.input_problems() + problems, not_evaluated
+                           prefetch=prefetch if cuda is not None else None, problems=inventory.problems)
+    say("judging JIT modules")
+    inventory.judge(pairs)
+    flag_gates, flag_findings = inventory.build_flag_findings(pairs, gates, package_of)
+    findings = sorted(findings + flag_findings, key=Finding.sort_key)
+    return JudgedScan(findings, patcher, tus.input_problems() + inventory.problems, not_evaluated,
+                      inventory.records, flag_gates)

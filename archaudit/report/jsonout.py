@@ -7,7 +7,7 @@ from .. import __version__
 from ..model import Finding, Gate
 from ..targets import Registry
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 def gate_to_json(g: Gate, reg: Registry, targets) -> dict:
@@ -57,6 +57,7 @@ def to_json(result, reg: Registry) -> str:
         ],
         "gates": [gate_to_json(g, reg, result.targets) for g in result.gates],
         "findings": [finding_to_json(f) for f in sorted(result.findings, key=Finding.sort_key)],
+        "modules": [m.to_json(reg) for m in result.modules],
         "diagnostics": [d.to_json() for d in result.diagnostics],
         "stats": {k: v for k, v in result.stats.items() if k != "seconds"},
     }

@@ -1,0 +1,204 @@
+"""The JIT-module inventory: every module the scanned packages can build, the GPUs its build flags
+admit, and for each target a verdict.
+
+A module's build flags are themselves a gate: `get_nvcc_flags_list(supported_major_versions=[9,
+10])` (already a Python gate, found by the gate scan) or hard-coded `-gencode` flags (a literal, a
+module constant, an arch-keyed table) that give no code for the GPUs they leave out. The second
+kind is reported here as a `build-flags` gate at the generator's `def`, judged like any gate: the
+module's sources are compiled (statically) for the target's JIT compile target, and the verdict
+says whether adding the target's `-gencode` would give working kernels.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .callgraph.behind import BehindModule
+from .callgraph.jit import JitModule
+from .judge import Behind, ModuleRef, TuCache, _module_refs, classify
+from .model import BUILD_FLAGS, NVCC_FLAGS, UNRESOLVED, Diagnostic, Finding, Gate, Link, internal_error
+from .targets import CompileTarget, Gpu, Registry, admits_of_nvcc_flags
+
+ADMITTED = "admitted"
+# a sink whose flags come from a parameter is judged once per call site of its function; past this
+# many callers the variants are not listed (the module is still judged once, flags unbound)
+MAX_VARIANTS = 16
+# flag problems that leave the architectures a build targets unknown
+_ARCH_UNKNOWN = ("flags-unknown", "flags-arch")
+
+
+@dataclass
+class ModuleRecord:
+    """One JIT module (or one variant of a generator whose flags an argument decides)."""
+
+    name: str
+    generator: tuple[str, int, str]  # path, line of its def, qualified name
+    sink: tuple[str, int]  # the gen_jit_spec/JitSpec/load call
+    sources: list[str]
+    build_admits: frozenset | None  # None: the flags could not be evaluated
+    build_gates: list[tuple[str, int, str]]  # (path, line, kind) of what fixes the architectures
+    how: str  # "arch-list" | "hard-coded" | "default" | "unknown"
+    hard_archs: tuple[str, ...] = ()  # the code targets of hard-coded flags
+    verdicts: dict[str, dict] = field(default_factory=dict)
+
+    def to_json(self, reg: Registry) -> dict:
+        return {
+            "name": self.name,
+            "generator": {"path": self.generator[0], "line": self.generator[1], "function": self.generator[2]},
+            "sink": {"path": self.sink[0], "line": self.sink[1]},
+            "sources": list(self.sources),
+            "build_admits": reg.sort_names(self.build_admits) if self.build_admits is not None else None,
+            "build_gates": [{"path": p, "line": ln, "kind": k} for p, ln, k in self.build_gates],
+            "verdicts": self.verdicts,
+        }
+
+
+def build_admits(jm: JitModule, reg: Registry) -> tuple[frozenset | None, str, list[tuple[str, int, str]]]:
+    """The GPUs a module's build gives code for, how that was established, and the flag sources
+    that fix it. None when the flags that choose the architectures could not be evaluated."""
+    arch_lists = [f for f in jm.flags if f.kind == "arch-list"]
+    hard = [f for f in jm.flags if f.kind == "hard-coded"]
+    unknown = [u for u in jm.unresolved if u[0] in _ARCH_UNKNOWN]
+    gates = [(f.path, f.line, f.kind) for f in arch_lists + hard]
+    if unknown:
+        return None, "unknown", gates
+    if jm.hard_coded_archs:
+        flags = [f"-gencode=arch=compute_{c.split('_', 1)[1]},code={c}" for c in jm.hard_coded_archs if "_" in c]
+        adm = admits_of_nvcc_flags(reg, flags)
+        return adm, "hard-coded" if adm is not None else "unknown", gates
+    if arch_lists:
+        if any(not f.majors for f in arch_lists):
+            return None, "unknown", gates
+        majors = {m for f in arch_lists for m in f.majors}
+        return frozenset(reg.with_major(majors)), "arch-list", gates
+    if any(f.kind == "unresolved" for f in jm.flags) or any(f.kind == "hard-coded" for f in jm.flags):
+        return None, "unknown", gates
+    # no architecture flag at all: the JIT compiles for the GPU it runs on
+    return reg.all, "default", gates
+
+
+class Inventory:
+    """Every JIT module of a scan, its variants, and (per target) its verdict."""
+
+    def __init__(self, analysis, reg: Registry, tus: TuCache):
+        self.analysis = analysis
+        self.reg = reg
+        self.tus = tus
+        self.records: list[ModuleRecord] = []
+        self.refs: list[ModuleRef] = []  # parallel to records
+        self.problems: list[Diagnostic] = []
+
+    def collect(self, progress=None) -> None:
+        jit = self.analysis.jit
+        for jm in jit.find_all_sinks(self.analysis.graph, progress):
+            try:
+                for variant, gen in self._variants(jm):
+                    self._add(variant, gen)
+            except Exception as e:  # noqa: BLE001 - one module's failure is its diagnostic
+                self.problems.append(internal_error(jm.path, "JIT module inventory", e, jm.line))
+
+    def _variants(self, jm: JitModule) -> list[tuple[JitModule, str]]:
+        """(module, generator) pairs: the module itself, or, when its flags are parameters of its
+        function, the module bound at each call of that function."""
+        needs_binding = any(f.kind == "unknown" and f.reason.startswith("parameter ") for f in jm.flag_items)
+        if not needs_binding:
+            return [(jm, jm.function)]
+        out = []
+        for c in self.analysis.graph.callers(jm.function)[:MAX_VARIANTS]:
+            bound = self.analysis.jit.flags_via(jm, c.path, c.line)
+            if bound is not None:
+                out.append((bound, c.caller))
+        return out or [(jm, jm.function)]
+
+    def _add(self, jm: JitModule, generator: str) -> None:
+        [ref] = _module_refs(self.analysis, [BehindModule(jm, "inventory", [], None)]).values()
+        admits, how, gates = build_admits(jm, self.reg)
+        gctx = self.analysis.graph.r.ctx(generator)
+        node = gctx.node if gctx is not None else None
+        gen = (gctx.mod.path, node.line, generator) if node is not None else (jm.path, jm.line, generator)
+        sources = sorted({s.path or s.text for s in jm.sources})
+        self.records.append(ModuleRecord(jm.name, gen, (jm.path, jm.line), sources, admits, gates, how,
+                                         tuple(jm.hard_coded_archs or ())))
+        self.refs.append(ref)
+
+    def tu_requests(self, ct_of: dict[str, CompileTarget]) -> dict:
+        """The TU analyses judging every record for the targets its build excludes (for prefetch)."""
+        wanted: dict = {}
+        for rec, ref in zip(self.records, self.refs):
+            for gpu_name, ct in ct_of.items():
+                if rec.build_admits is not None and gpu_name not in rec.build_admits:
+                    wanted.update(self.tus.missing([ref], ct))
+        return wanted
+
+    def judge(self, pairs: list[tuple[Gpu, CompileTarget]]) -> None:
+        """Each record's verdict for each target."""
+        for rec, ref in zip(self.records, self.refs):
+            for gpu, ct in pairs:
+                rec.verdicts[gpu.name] = self._verdict(rec, ref, gpu, ct)
+
+    def _verdict(self, rec: ModuleRecord, ref: ModuleRef, gpu: Gpu, ct: CompileTarget) -> dict:
+        out = {"verdict": UNRESOLVED, "compile_target": ct.name, "reason": "", "evidence": []}
+        if rec.build_admits is None:
+            out["reason"] = "the nvcc flags that choose its architectures could not be evaluated"
+            return out
+        if gpu.name in rec.build_admits:
+            out["verdict"] = ADMITTED
+            out["reason"] = f"its build flags ({rec.how}) give code for {gpu.name}"
+            return out
+        try:
+            f = classify(self._gate(rec), gpu, ct, Behind([ref]), self.tus)
+        except Exception as e:  # noqa: BLE001
+            self.problems.append(internal_error(rec.sink[0], "JIT module verdict", e, rec.sink[1]))
+            out["reason"] = f"archaudit's verdict failed on this module ({type(e).__name__})"
+            return out
+        out.update(verdict=f.verdict, reason=f"its build flags ({rec.how}) give no code for {gpu.name}; "
+                                             f"built for {ct.name}: {f.reason}",
+                   evidence=[e.to_json() for e in f.evidence])
+        return out
+
+    def _gate(self, rec: ModuleRecord) -> Gate:
+        path, line, function = rec.generator
+        return Gate(path, line, 1, function, BUILD_FLAGS, _flags_text(rec), rec.build_admits or frozenset(),
+                    "hard-coded nvcc flags", region="build")
+
+    def build_flag_findings(self, pairs: list[tuple[Gpu, CompileTarget]], gates: list[Gate],
+                            package_of) -> tuple[list[Gate], list[Finding]]:
+        """A `build-flags` gate per generator whose hard-coded flags exclude a target, judged over
+        the modules it builds; not where the gate scan already found the flags as an `nvcc-flags`
+        gate in that function."""
+        found = {g.function for g in gates if g.kind == NVCC_FLAGS}
+        by_gen: dict[tuple[str, int, str], list[tuple[ModuleRecord, ModuleRef]]] = {}
+        for rec, ref in zip(self.records, self.refs):
+            if rec.how == "hard-coded" and rec.build_admits is not None and rec.generator[2] not in found:
+                by_gen.setdefault(rec.generator, []).append((rec, ref))
+        gates: list[Gate] = []
+        findings: list[Finding] = []
+        for gen, items in sorted(by_gen.items()):
+            admits = frozenset.intersection(*(r.build_admits for r, _ in items))
+            flags = sorted({f for r, _ in items for f in _flag_list(r)})
+            g = Gate(gen[0], gen[1], 1, gen[2], BUILD_FLAGS, " ".join(flags), admits,
+                     "hard-coded nvcc flags", package=package_of(gen[0]), region="build")
+            gates.append(g)
+            link = Link("flags", items[0][0].build_gates[0][0] if items[0][0].build_gates else gen[0],
+                        items[0][0].build_gates[0][1] if items[0][0].build_gates else gen[1],
+                        " ".join(flags), "hard-coded")
+            for gpu, ct in pairs:
+                if gpu.name in admits:
+                    continue
+                try:
+                    f = classify(g, gpu, ct, Behind([ref for _, ref in items], chain=[link]), self.tus)
+                except Exception as e:  # noqa: BLE001
+                    self.problems.append(internal_error(gen[0], "build-flags verdict", e, gen[1]))
+                    f = Finding(g, gpu.name, UNRESOLVED, reason=f"archaudit's verdict failed ({type(e).__name__})")
+                f.reason = (f"built only with hard-coded nvcc flags ({' '.join(flags)}), which give no code for "
+                            f"{gpu.name}; compiled for {ct.name} instead: {f.reason}")
+                findings.append(f)
+        return gates, findings
+
+
+def _flag_list(rec: ModuleRecord) -> list[str]:
+    """The -gencode flags of a hard-coded build."""
+    return [f"-gencode=arch=compute_{c.split('_', 1)[1]},code={c}" for c in rec.hard_archs]
+
+
+def _flags_text(rec: ModuleRecord) -> str:
+    return " ".join(_flag_list(rec)) or rec.how
