@@ -15,7 +15,7 @@ from archaudit.sources import Distribution
 
 from conftest import FIXTURES, REPO
 
-SCHEMA = REPO.parent / "shared" / "sarif" / "sarif-schema-2.1.0.json"
+SCHEMA = REPO / "tests" / "data" / "sarif-schema-2.1.0.json"  # OASIS SARIF 2.1.0 errata01, kept in the repo
 M9_10 = ("sm_90", "sm_100", "sm_103", "sm_107")
 
 
