@@ -334,18 +334,17 @@ def _outside_reason(outside: list[tuple[str, list[Link]]]) -> str:
             + ", ".join(names[:3]) + more)
 
 
-def portable_package(dotted: str) -> bool:
-    """Whether a call into `dotted` (outside the scan) leaves a verdict standing (rules/externals.toml)."""
-    import sys
-
+def holds_gpu_code(dotted: str) -> bool:
+    """Whether a call into `dotted` (outside the scan) may run NVIDIA GPU code archaudit does not
+    analyse, so that a verdict cannot stand on what was read (rules/externals.toml)."""
     from .ruledata import load_rule
 
     rules = load_rule("externals")
     parts = dotted.split(".")
     top = parts[0]
     if top == "torch" and len(parts) > 3 and parts[1] == "ops":
-        return parts[2] in rules.get("torch_op_namespaces_portable", [])
-    return top in sys.stdlib_module_names or top in rules.get("portable", []) or top in ("builtins", "__future__")
+        return parts[2] not in rules.get("torch_op_namespaces_portable", [])
+    return top in rules.get("gpu_code", [])
 
 
 TestsBefore = Callable[[Gate], list]  # Behind.tests_before for a gate: (relation, line, col, text)
@@ -530,18 +529,20 @@ def behind_from_callgraph(analysis) -> BehindFn:
             return Behind([], reason="the call graph search went too deep")
         mods = [bm for bm in mods if _admitted_arm(gate, bm.arm)]
         outside = list({x.callee: (x.callee, x.chain) for x in calls_out
-                        if _admitted_arm(gate, x.arm) and not portable_package(x.callee)}.values())
+                        if _admitted_arm(gate, x.arm) and holds_gpu_code(x.callee)}.values())
         new_skips = sorted(analysis.graph.skip_log)
         analysis.graph.skip_log = None
         # `if C: return "mnnvl"` in a resolver: its callers' branches were followed, but not which
-        # returned value leads where, so what they reach is not shown to be what C enables
+        # returned value leads where, so what they reach is not shown to be what C enables (a
+        # call the value flows into, "caller:value", is reached with the value C selects)
         by_value = ("the gate selects a value its function returns, and the modules were reached only through "
                     "its callers' branches; which returned value leads to them is not followed"
-                    if gate.region == "branch" and mods and all(bm.arm.startswith("caller:") for bm in mods) else "")
+                    if gate.region == "branch" and mods and all(
+                        bm.arm.startswith("caller:") and bm.arm != "caller:value" for bm in mods) else "")
         # `if backend == "cutedsl": if not ok: raise ...; return backend`: the refusal guards one
         # case of what the function returns, while its callers' code was followed for every value
         if (gate.region == "after-early-exit" and mods and gate.path.endswith(".py")
-                and all(any(x.how == "caller-branch" for x in bm.chain) for bm in mods)):
+                and all(any(x.how in ("caller-branch", "caller-value") for x in bm.chain) for bm in mods)):
             outer = next((t for t in _tests_before(analysis, gate) if t[0] in ("then-of", "else-of")), None)
             if outer is not None:
                 by_value = (f"the refusal sits inside `if {outer[3]}:` (line {outer[1]}), one case of what its function "

@@ -31,6 +31,7 @@ EXPECTED_SM120 = {
     ("servelib/selectors.py", 27): ("software-only", []),
     ("servelib/selectors.py", 35): ("unresolved", []),
     ("servelib/selectors.py", 41): ("software-only", []),
+    ("servelib/selectors.py", 49): ("software-only", []),
     ("servelib/fusion.py", 9): ("software-only", []),
     # reach.py:11, :47 and :56 (`is_sm90` after an arm that serves sm_120) are not evaluated on sm_120
     ("servelib/reach.py", 17): ("software-only", []),
@@ -290,3 +291,11 @@ def test_a_selection_in_a_resolver_is_not_judged_by_its_callers_branches(result)
     assert f.reason.endswith("the gate selects a value its function returns, and the modules were reached only "
                              "through its callers' branches; which returned value leads to them is not followed")
     assert f.patch is None
+
+
+def test_calls_into_packages_without_gpu_code_leave_the_verdict_standing(result):
+    """boto3 and amdsmi are outside the scan but hold no NVIDIA GPU code (rules/externals.toml
+    lists the packages that do): the verdict stands on kernlib's module."""
+    f = _finding(result, "servelib/selectors.py", 49)
+    assert f.verdict == "software-only"
+    assert "outside the scan" not in f.reason
