@@ -119,6 +119,17 @@ def digest(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
+def digest_file(path, chunk: int = 1 << 20) -> str:
+    """digest() of a file's bytes, read in pieces: a wheel may be larger than memory."""
+    h = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as f:
+        while True:
+            b = f.read(chunk)
+            if not b:
+                return h.hexdigest()
+            h.update(b)
+
+
 def key_of(*parts) -> str:
     """A cache key for a tuple of str/bytes/int parts (order matters)."""
     h = hashlib.blake2b(digest_size=16)

@@ -24,7 +24,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
-from .cache import Cache, digest, key_of
+from .cache import Cache, digest, digest_file, key_of
 from .sources import MAX_FILE_BYTES, DirSource, Source, WheelSource
 
 # a stat entry is trusted only for files last modified this long before the snapshot
@@ -195,9 +195,9 @@ def fingerprint(source: Source, files: list[str], previous: dict | None, workers
         if old is not None and old.same_stat(st) and st.st_mtime_ns < prev_snap - RACY_NS:
             fp.files[""] = old
             fp.reused += 1
-        else:
-            with open(source.path, "rb") as f:
-                fp.files[""] = _state_of(f.read(), st)
+        else:  # hashed in pieces; a wheel has no code prefix to keep (no early cutoff)
+            fp.files[""] = FileState(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino,
+                                     digest_file(source.path), -1, b"")
             fp.hashed += 1
         fp.whole = fp.files[""].hash
         return fp

@@ -33,6 +33,8 @@ MAX_WHEEL_MEMBER_BYTES = 64 * 1024 * 1024
 MAX_WHEEL_TOTAL_BYTES = 2 * 1024 * 1024 * 1024
 # Entries in one wheel's central directory (flashinfer has ~15,000): bounds the listing's memory.
 MAX_WHEEL_MEMBERS = 500_000
+# A wheel member is inflated in pieces of at most this many bytes (each checked against the caps).
+INFLATE_CHUNK = 1 << 20
 # RECORD lines naming absent files reported one by one, then summarised.
 MAX_RECORD_DIAGNOSTICS = 20
 
@@ -334,13 +336,91 @@ def _ename(e: BaseException) -> str:
 
 
 def _wheel_entry_count(path: Path) -> int | None:
-    """Entries the wheel's end-of-central-directory record announces, read before the listing."""
+    """Entries in the wheel's central directory, counted by walking it as zipfile will (every
+    record its size_cd bytes hold; the end record's entry count is not trusted), stopping past
+    MAX_WHEEL_MEMBERS: read before zipfile builds an object per entry. None when there is no end
+    record (ZipFile below gives the reason)."""
+    import mmap
+    import struct
+
     try:
         with open(path, "rb") as f:
             end = zipfile._EndRecData(f)  # noqa: SLF001 - the stdlib's own EOCD reader
-        return None if end is None else int(end[zipfile._ECD_ENTRIES_TOTAL])
+            if end is None:
+                return None
+            size_cd = int(end[zipfile._ECD_SIZE])
+            # where zipfile puts the directory: before the end record (and a zip64 end record and locator)
+            start = int(end[zipfile._ECD_LOCATION]) - size_cd
+            if end[zipfile._ECD_SIGNATURE] == zipfile.stringEndArchive64:
+                start -= zipfile.sizeEndCentDir64 + zipfile.sizeEndCentDir64Locator
+            size = os.fstat(f.fileno()).st_size
+            if start < 0 or size == 0:
+                return int(end[zipfile._ECD_ENTRIES_TOTAL])
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+                stop = min(start + size_cd, size)
+                pos, n = start, 0
+                while pos + 46 <= stop and n <= MAX_WHEEL_MEMBERS and mm[pos:pos + 4] == b"PK\x01\x02":
+                    name, extra, comment = struct.unpack_from("<3H", mm, pos + 28)
+                    pos += 46 + name + extra + comment
+                    n += 1
+        return max(n, int(end[zipfile._ECD_ENTRIES_TOTAL]))
     except Exception:  # noqa: BLE001 - unreadable: ZipFile below gives the reason
         return None
+
+
+class _EntryError(Exception):
+    """A wheel entry that cannot be read: (diagnostic kind, message)."""
+
+
+class _Deflate:
+    """zlib's raw inflater with the interface of bz2/lzma decompressors: input it could not take
+    because of max_length is kept (unconsumed_tail) and given back first on the next call."""
+
+    def __init__(self) -> None:
+        import zlib
+
+        self._d = zlib.decompressobj(-15)
+        self._tail = b""
+
+    @property
+    def needs_input(self) -> bool:
+        return not self._tail
+
+    @property
+    def eof(self) -> bool:
+        return self._d.eof
+
+    def decompress(self, data: bytes, max_length: int) -> bytes:
+        out = self._d.decompress(self._tail + data, max_length)
+        self._tail = self._d.unconsumed_tail
+        return out
+
+    def flush(self) -> bytes:
+        return self._d.flush()
+
+
+class _Stored:
+    needs_input, eof = True, False
+
+    def decompress(self, data: bytes, max_length: int) -> bytes:
+        return data  # the caller asks for at most INFLATE_CHUNK compressed bytes at a time
+
+    def flush(self) -> bytes:
+        return b""
+
+
+def _lzma_decompressor(header: bytes, cap: int):
+    """A raw LZMA1 decompressor from a zip LZMA entry's header (version, properties size,
+    properties). The dictionary is cut to what the entry may inflate to: a match can reach
+    back no further than the bytes inflated so far, and the header's dictionary size is the
+    allocation a hostile entry would ask for."""
+    import lzma
+    import struct
+
+    psize = struct.unpack("<H", header[2:4])[0]
+    filt = lzma._decode_filter_properties(lzma.FILTER_LZMA1, header[4:4 + psize])  # noqa: SLF001 - as zipfile does
+    filt["dict_size"] = max(4096, min(filt["dict_size"], cap + 1))
+    return lzma.LZMADecompressor(lzma.FORMAT_RAW, filters=[filt]), 4 + psize
 
 
 class WheelSource(Source):
@@ -355,6 +435,7 @@ class WheelSource(Source):
         try:
             self.zf = zipfile.ZipFile(path)
             infos = self.zf.infolist()
+            self._fh = open(path, "rb")  # entries are inflated from here (see _inflate)
         except Exception as e:  # noqa: BLE001 - any failure of the zip reader on untrusted bytes
             raise SourceError(f"{path}: not a readable wheel ({_ename(e)}: {e})") from None
         self._members: dict[str, zipfile.ZipInfo] = {}
@@ -419,20 +500,86 @@ class WheelSource(Source):
         if info.file_size > limit:
             self.diag(rel, "too-large", f"{info.file_size} bytes uncompressed exceeds the {limit} byte limit; skipped")
             return None
-        if self._budget <= 0:
+        if info.file_size > self._budget:
             self.diag(rel, "too-large", f"the wheel inflated beyond {MAX_WHEEL_TOTAL_BYTES} bytes in total; not read")
             return None
         try:
-            with self.zf.open(info) as f:
-                data = f.read(limit + 1)
-        except Exception as e:  # noqa: BLE001 - CRC, zlib, truncation, encryption, unknown method...
+            return self._inflate(info)
+        except _EntryError as e:
+            self.diag(rel, *e.args)
+        except Exception as e:  # noqa: BLE001 - zlib/bz2/lzma errors, I/O errors on untrusted bytes
             self.diag(rel, "corrupt-member", f"cannot read wheel entry: {_ename(e)}: {e}")
-            return None
-        self._budget -= len(data)
-        if len(data) > limit:
-            self.diag(rel, "too-large", "inflates beyond the size limit; skipped")
-            return None
-        return data
+        return None
+
+    def _inflate(self, info: zipfile.ZipInfo) -> bytes:
+        """The entry's bytes, inflated in pieces: never more than its declared size (which the
+        caller checked against the file limit and the wheel's remaining budget) plus one byte,
+        whatever the compressed stream holds, and each byte inflated is charged to the budget.
+        Raises _EntryError for an entry that is not what its directory record says."""
+        import bz2
+        import struct
+        import zlib
+
+        f = self._fh
+        f.seek(info.header_offset)
+        head = f.read(30)
+        if len(head) != 30 or head[:4] != b"PK\x03\x04":
+            raise _EntryError("corrupt-member", "cannot read wheel entry: bad local file header")
+        flags, nlen, xlen = struct.unpack_from("<H", head, 6)[0], *struct.unpack_from("<2H", head, 26)
+        name = f.read(nlen)
+        if name.decode("utf-8" if flags & 0x800 else "cp437", "replace") != info.orig_filename:
+            raise _EntryError("corrupt-member", "cannot read wheel entry: its local header names another file")
+        if info.flag_bits & 0x61:  # encrypted (0x1), patch data (0x20), strong encryption (0x40)
+            raise _EntryError("corrupt-member", "cannot read wheel entry: encrypted or patch data")
+        f.seek(xlen, os.SEEK_CUR)
+        cap, left = info.file_size, info.compress_size
+        method = info.compress_type
+        if method == zipfile.ZIP_STORED:
+            dec = _Stored()
+        elif method == zipfile.ZIP_DEFLATED:
+            dec = _Deflate()
+        elif method == zipfile.ZIP_BZIP2:
+            dec = bz2.BZ2Decompressor()
+        elif method == zipfile.ZIP_LZMA:
+            head = f.read(min(left, 4 + 65535))
+            if len(head) < 4 or len(head) < 4 + struct.unpack_from("<H", head, 2)[0]:
+                raise _EntryError("corrupt-member", "cannot read wheel entry: truncated LZMA header")
+            dec, used = _lzma_decompressor(head, cap)
+            f.seek(used - len(head), os.SEEK_CUR)
+            left -= used
+        else:
+            raise _EntryError("corrupt-member", f"cannot read wheel entry: compression method {method} is not supported")
+        out: list[bytes] = []
+        n = crc = 0
+        while not dec.eof:
+            data = b""
+            if dec.needs_input:
+                if left <= 0:
+                    break
+                data = f.read(min(INFLATE_CHUNK, left))
+                if not data:
+                    raise _EntryError("corrupt-member", "cannot read wheel entry: the wheel ends inside it")
+                left -= len(data)
+            piece = dec.decompress(data, min(INFLATE_CHUNK, cap + 1 - n))
+            if not piece and not data and not dec.needs_input and not dec.eof:
+                raise _EntryError("corrupt-member", "cannot read wheel entry: the compressed stream makes no progress")
+            n += len(piece)
+            self._budget -= len(piece)
+            if n > cap:
+                raise _EntryError("corrupt-member", f"inflates beyond its declared size of {cap} bytes; not read")
+            crc = zlib.crc32(piece, crc)
+            out.append(piece)
+        if isinstance(dec, _Deflate) and not dec.eof and n <= cap:  # as zipfile: what a cut stream holds
+            piece = dec.flush()[: cap + 1 - n]
+            n += len(piece)
+            self._budget -= len(piece)
+            crc = zlib.crc32(piece, crc)
+            out.append(piece)
+        if n != cap:
+            raise _EntryError("corrupt-member", f"cannot read wheel entry: inflates to {n} bytes, not the declared {cap}")
+        if crc != info.CRC:
+            raise _EntryError("corrupt-member", "cannot read wheel entry: Bad CRC-32")
+        return b"".join(out)
 
     def exists(self, rel: str) -> bool:
         return rel in self._members

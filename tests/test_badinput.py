@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -292,11 +293,14 @@ def test_wheel_details(wheels):
 
 
 def test_wheel_total_inflation_budget(wheels, monkeypatch):
-    monkeypatch.setattr(sources, "MAX_WHEEL_TOTAL_BYTES", 100)
-    w = sources.WheelSource(wheels / "bomb-1.0-py3-none-any.whl")
-    assert w.read("bombwhl/gate.py") is not None  # the first read fits the remaining budget...
-    assert w.read("bombwhl/__init__.py") is None  # ...after it the wheel is spent
-    assert ("bombwhl/__init__.py", "too-large") in {(d.path, d.kind) for d in w.diagnostics}
+    path = wheels / "bomb-1.0-py3-none-any.whl"
+    sizes = {i.filename: i.file_size for i in zipfile.ZipFile(path).infolist()}
+    # RECORD (read when the wheel is opened) and gate.py fit, with 10 bytes to spare
+    monkeypatch.setattr(sources, "MAX_WHEEL_TOTAL_BYTES", sizes["bombwhl-1.0.dist-info/RECORD"] + sizes["bombwhl/gate.py"] + 10)
+    w = sources.WheelSource(path)
+    assert w.read("bombwhl/gate.py") is not None  # the first read fits the budget...
+    assert w.read("bombwhl-1.0.dist-info/METADATA") is None  # ...the next one does not fit what is left
+    assert ("bombwhl-1.0.dist-info/METADATA", "too-large") in {(d.path, d.kind) for d in w.diagnostics}
 
 
 def test_wheel_member_count_limit(tmp_path, monkeypatch):

@@ -1,0 +1,242 @@
+"""Hostile inputs from an untrusted pull request: small wheels that would inflate, list or hash
+into gigabytes, gate-dense modules, killed scans, the cache's whole-scan key, and the CI action
+run from a workspace that holds importable files. Every archaudit run here is a subprocess under
+an address-space cap and a timeout, and must finish within TIME_S seconds and MAX_RSS_MB of
+resident memory, with its exit code, its diagnostic, and the gate beside the bad input."""
+from __future__ import annotations
+
+import bz2
+import io
+import json
+import lzma
+import os
+import signal
+import struct
+import subprocess
+import sys
+import time
+import zipfile
+import zlib
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+ARCHAUDIT = Path(sys.executable).parent / "archaudit"  # the console script: nothing from the cwd is imported
+TIME_S = 10
+MAX_RSS_MB = 500
+# a runaway (the unfixed reader) fails fast instead of taking the shared machine's memory; the
+# analysis thread's 512 MiB stack is address space, not resident memory
+AS_LIMIT = 2 << 30
+
+GATE = b"import torch\n\n\ndef pick():\n    if torch.cuda.get_device_capability()[0] == 9:\n        return 'hopper'\n    return 'generic'\n"
+GATE_AT = ("gate.py", 5)
+
+_RUNNER = r"""
+import json, resource, subprocess, sys, time
+limit = int(sys.argv[1])
+def cap():
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+t = time.monotonic()
+p = subprocess.run(sys.argv[2:], preexec_fn=cap, capture_output=True)
+ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(json.dumps({"rc": p.returncode, "out": p.stdout.decode("utf-8", "replace"),
+                  "err": p.stderr.decode("utf-8", "replace"), "seconds": time.monotonic() - t,
+                  "rss_mb": ru.ru_maxrss / 1024}))
+"""
+
+
+def run_bounded(args: list[str], cwd: Path, env: dict | None = None, time_s: float = TIME_S) -> dict:
+    """archaudit ARGS in a fresh process under AS_LIMIT; its exit code, output, wall time and peak
+    resident memory (of it and its workers). Fails past time_s (killed at 3x) or MAX_RSS_MB."""
+    full_env = dict(os.environ, ARCHAUDIT_CACHE_DIR=str(cwd / ".cache"), **(env or {}))
+    try:
+        p = subprocess.run([sys.executable, "-c", _RUNNER, str(AS_LIMIT), str(ARCHAUDIT), *args], cwd=cwd,
+                           env=full_env, capture_output=True, text=True, timeout=3 * time_s)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"archaudit {' '.join(args)} ran past {3 * time_s} s")
+    r = json.loads(p.stdout)
+    assert r["seconds"] < time_s, (r["seconds"], r["err"][-2000:])
+    assert r["rss_mb"] < MAX_RSS_MB, (r["rss_mb"], r["err"][-2000:])
+    return r
+
+
+def scan_json(target: Path, cwd: Path, *extra: str, time_s: float = TIME_S) -> tuple[dict, dict]:
+    out = cwd / "out.json"
+    r = run_bounded(["scan", str(target), "--format", "json", "-o", str(out), "-q", *extra], cwd, time_s=time_s)
+    assert r["rc"] == 0, r["err"][-2000:]
+    return r, json.loads(out.read_text())
+
+
+def gate_places(report: dict) -> set[tuple[str, int]]:
+    return {(g["path"], g["line"]) for g in report["gates"]}
+
+
+def diags(report: dict) -> set[tuple[str, str]]:
+    return {(d["path"], d["kind"]) for d in report["diagnostics"]}
+
+
+def diag_message(report: dict, path: str, kind: str) -> str:
+    return next(d["message"] for d in report["diagnostics"] if (d["path"], d["kind"]) == (path, kind))
+
+
+# --- wheels ---------------------------------------------------------------------------------
+
+def bz2_bomb(blocks: int, unit: int = 32 << 20) -> tuple[bytes, int]:
+    """A bzip2 stream of `blocks` copies of the block that holds `unit` zero bytes: the block's
+    bits repeated between the stream header and the end marker, with the combined CRC the
+    format asks for. Returns (stream, inflated size); a few KB inflate to gigabytes."""
+    one = bz2.compress(b"\0" * unit, 9)
+    bits, total = int.from_bytes(one, "big"), len(one) * 8
+    magic = 0x177245385090  # end of stream, followed by the combined CRC and padding to a byte
+    end = next(total - pad - 80 for pad in range(8)
+               if (bits >> (pad + 32)) & ((1 << 48) - 1) == magic)
+    blen = end - 32
+    block = (bits >> (total - end)) & ((1 << blen) - 1)
+    crc = (block >> (blen - 80)) & 0xFFFFFFFF  # after the 48-bit block magic
+    out, comb = int.from_bytes(one[:4], "big"), 0
+    for _ in range(blocks):
+        out = (out << blen) | block
+        comb = (((comb << 1) | (comb >> 31)) & 0xFFFFFFFF) ^ crc
+    out = (((out << 48) | magic) << 32) | comb
+    n = 32 + blocks * blen + 80
+    return (out << (-n % 8)).to_bytes((n + (-n % 8)) // 8, "big"), blocks * unit
+
+
+def raw_member(z: zipfile.ZipFile, buf: io.BytesIO, name: str, method: int, payload: bytes,
+               file_size: int, crc: int) -> None:
+    """Append a member whose compressed bytes are `payload` as given, with the sizes and CRC
+    given (zipfile would compress, and check, what it is handed)."""
+    zi = zipfile.ZipInfo(name, date_time=(2024, 1, 1, 0, 0, 0))
+    zi.compress_type = method
+    with z.open(zi, "w") as f:  # an empty member of that method, then its data swapped in
+        pass
+    raw = buf.getvalue()
+    head = zi.header_offset
+    local = bytearray(raw[head:head + 30 + len(name.encode())])
+    struct.pack_into("<3L", local, 14, crc, len(payload), file_size)
+    buf.seek(head)
+    buf.truncate()
+    buf.write(bytes(local) + payload)
+    zi.CRC, zi.compress_size, zi.file_size = crc, len(payload), file_size
+    zi.flag_bits &= ~0x08  # sizes in the local header, no data descriptor
+    z.start_dir = buf.tell()
+
+
+def bomb_wheel(path: Path, name: str, method: int, payload: bytes, file_size: int, crc: int = 0) -> Path:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("bombpkg/__init__.py", "")
+        z.writestr("bombpkg/gate.py", GATE)
+        z.writestr("bombpkg-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: bombpkg\nVersion: 1.0\n\n")
+        z.writestr("bombpkg-1.0.dist-info/RECORD", "")
+        raw_member(z, buf, name, method, payload, file_size, crc)
+    path.write_bytes(buf.getvalue())
+    return path
+
+
+def test_bzip2_bomb_that_claims_100_bytes(tmp_path):
+    """A 4 KB wheel, one bzip2 entry declaring 100 bytes that inflates to 4 GiB: read in pieces,
+    it stops at byte 101."""
+    stream, size = bz2_bomb(128)
+    assert size == 4 << 30
+    whl = bomb_wheel(tmp_path / "bombpkg-1.0-py3-none-any.whl", "bombpkg/bomb.py", zipfile.ZIP_BZIP2, stream, 100)
+    assert whl.stat().st_size < 8192
+    for cache in ([], ["--no-cache"]):
+        _r, rep = scan_json(whl, tmp_path, *cache)
+        assert ("bombpkg/" + GATE_AT[0], GATE_AT[1]) in gate_places(rep)
+        assert ("bombpkg/bomb.py", "corrupt-member") in diags(rep)
+        assert diag_message(rep, "bombpkg/bomb.py", "corrupt-member") == "inflates beyond its declared size of 100 bytes; not read"
+
+
+def test_bzip2_bomb_within_the_declared_limit_is_charged_as_it_inflates(tmp_path):
+    """The same bomb declaring 16 MiB (the file limit) inflates to exactly that and is refused
+    at byte 16 MiB + 1, without the 4 GiB behind it."""
+    stream, _size = bz2_bomb(128)
+    whl = bomb_wheel(tmp_path / "bombpkg-1.0-py3-none-any.whl", "bombpkg/bomb.cu", zipfile.ZIP_BZIP2, stream, 16 << 20)
+    _r, rep = scan_json(whl, tmp_path, "--no-cache")
+    assert ("bombpkg/gate.py", 5) in gate_places(rep)
+    assert diag_message(rep, "bombpkg/bomb.cu", "corrupt-member") == f"inflates beyond its declared size of {16 << 20} bytes; not read"
+
+
+def test_lzma_bomb_and_a_4gib_dictionary(tmp_path):
+    """An LZMA entry (zip's header: version, properties size, properties) declaring 100 bytes that
+    inflates to 16 MiB, and one whose properties ask for a 4 GiB dictionary (what liblzma would
+    allocate): the dictionary is cut to the entry's declared size, and the entry reads."""
+    c = lzma.LZMACompressor(lzma.FORMAT_RAW, filters=[{"id": lzma.FILTER_LZMA1, "preset": 1}])
+    body = c.compress(b"\0" * (16 << 20)) + c.flush()
+    props = lzma._encode_filter_properties({"id": lzma.FILTER_LZMA1, "preset": 1})  # noqa: SLF001
+    head = struct.pack("<BBH", 9, 4, len(props))
+    whl = bomb_wheel(tmp_path / "bombpkg-1.0-py3-none-any.whl", "bombpkg/bomb.py", zipfile.ZIP_LZMA,
+                     head + props + body, 100)
+    _r, rep = scan_json(whl, tmp_path, "--no-cache")
+    assert ("bombpkg/gate.py", 5) in gate_places(rep)
+    assert diag_message(rep, "bombpkg/bomb.py", "corrupt-member") == "inflates beyond its declared size of 100 bytes; not read"
+    # a real module whose header claims a 4 GiB dictionary
+    c = lzma.LZMACompressor(lzma.FORMAT_RAW, filters=[{"id": lzma.FILTER_LZMA1, "preset": 1}])
+    body = c.compress(GATE) + c.flush()
+    huge = props[:1] + struct.pack("<L", 0xFFFFFFFF)
+    whl = bomb_wheel(tmp_path / "bombpkg-1.0-py3-none-any.whl", "bombpkg/gate2.py", zipfile.ZIP_LZMA,
+                     head + huge + body, len(GATE), zlib.crc32(GATE))
+    _r, rep = scan_json(whl, tmp_path, "--no-cache")
+    assert {("bombpkg/gate.py", 5), ("bombpkg/gate2.py", 5)} <= gate_places(rep)
+    assert not {k for _p, k in diags(rep)} & {"corrupt-member", "too-large"}
+
+
+def stored_zip(path: Path, members: list[tuple[str, bytes | int]]) -> Path:
+    """A zip of stored members; a member given as an int is that many zero bytes left as a hole
+    in the file (sparse, not written), with a CRC of 0 (nothing reads it)."""
+    cd = b""
+    with open(path, "wb") as f:
+        for name, data in members:
+            nb, off = name.encode(), f.tell()
+            size = data if isinstance(data, int) else len(data)
+            crc = 0 if isinstance(data, int) else zlib.crc32(data)
+            f.write(struct.pack("<4s5H3L2H", b"PK\x03\x04", 20, 0, 0, 0, 0, crc, size, size, len(nb), 0) + nb)
+            if isinstance(data, int):
+                f.seek(size, os.SEEK_CUR)
+            else:
+                f.write(data)
+            cd += struct.pack("<4s6H3L5H2L", b"PK\x01\x02", 20, 20, 0, 0, 0, 0, crc, size, size, len(nb),
+                              0, 0, 0, 0, 0, off) + nb
+        start = f.tell()
+        f.write(cd + struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, len(members), len(members), len(cd), start, 0))
+    return path
+
+
+def test_large_wheel_is_hashed_in_pieces(tmp_path):
+    """With the cache on, the wheel's content hash is read in pieces: a 520 MiB wheel (a sparse
+    stored member no analysis reads) stays far below its size in memory, cold and warm."""
+    whl = stored_zip(tmp_path / "bigpkg-1.0-py3-none-any.whl", [
+        ("bigpkg/__init__.py", b""), ("bigpkg/gate.py", GATE),
+        ("bigpkg-1.0.dist-info/METADATA", b"Metadata-Version: 2.1\nName: bigpkg\nVersion: 1.0\n\n"),
+        ("bigpkg-1.0.dist-info/RECORD", b""), ("bigpkg/blob.dat", 520 << 20)])
+    assert whl.stat().st_size > 520 << 20
+    for mode in ("miss", "hit"):  # cold, then warm (the hash taken from the stat snapshot)
+        _r, rep = scan_json(whl, tmp_path)
+        assert ("bigpkg/gate.py", 5) in gate_places(rep)
+
+
+def central_directory_bomb(path: Path, entries: int) -> Path:
+    """One stored empty member, then `entries` central-directory records of it, under an end record
+    that announces 1 entry."""
+    name = b"cdpkg/x.py"
+    local = struct.pack("<4s5H3L2H", b"PK\x03\x04", 20, 0, 0, 0, 0, 0, 0, 0, len(name), 0) + name
+    rec = struct.pack("<4s6H3L5H2L", b"PK\x01\x02", 20, 20, 0, 0, 0, 0, 0, 0, 0, len(name), 0, 0, 0, 0, 0, 0) + name
+    cd = rec * entries
+    end = struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, 1, 1, len(cd), len(local), 0)
+    path.write_bytes(local + cd + end)
+    return path
+
+
+def test_central_directory_longer_than_its_end_record_says(tmp_path):
+    """600,000 entries under an end record announcing 1: counted as the directory is walked,
+    before zipfile makes an object of each; the wheel is refused (exit 2) with the count."""
+    whl = central_directory_bomb(tmp_path / "cdpkg-1.0-py3-none-any.whl", 600_000)
+    r = run_bounded(["scan", str(whl), "-q", "--format", "json"], tmp_path)
+    assert r["rc"] == 2
+    assert f"{whl}: 500001 entries exceeds the limit of 500000; not read" in r["err"]
+    # the same directory within the limit is read (every entry a duplicate of the one member)
+    whl = central_directory_bomb(tmp_path / "cdpkg-1.0-py3-none-any.whl", 1000)
+    _r, rep = scan_json(whl, tmp_path, "--no-cache")
+    assert ("cdpkg/x.py", "duplicate-member") in diags(rep)
