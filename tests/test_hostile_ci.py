@@ -240,3 +240,155 @@ def test_central_directory_longer_than_its_end_record_says(tmp_path):
     whl = central_directory_bomb(tmp_path / "cdpkg-1.0-py3-none-any.whl", 1000)
     _r, rep = scan_json(whl, tmp_path, "--no-cache")
     assert ("cdpkg/x.py", "duplicate-member") in diags(rep)
+
+
+# --- the CI action, run from a pull request's workspace -------------------------------------
+
+def action_step(name: str) -> tuple[dict[str, str], str]:
+    """A step of action.yml: its literal env values (not `${{ }}` expressions) and its bash script."""
+    lines = (REPO / "action.yml").read_text().splitlines()
+    i = lines.index(f"    - name: {name}")
+    env: dict[str, str] = {}
+    script: list[str] = []
+    j = i + 1
+    while j < len(lines) and not lines[j].startswith("    - "):
+        line = lines[j]
+        if line.startswith("      env:"):
+            j += 1
+            while lines[j].startswith("        "):
+                k, v = lines[j].strip().split(":", 1)
+                v = v.strip().strip('"')
+                if not v.startswith("${{"):
+                    env[k] = v
+                j += 1
+            continue
+        if line.startswith("      run: |"):
+            j += 1
+            while j < len(lines) and (lines[j].startswith("        ") or not lines[j].strip()):
+                script.append(lines[j][8:])
+                j += 1
+            continue
+        j += 1
+    return env, "\n".join(script) + "\n"
+
+
+MARKER = "pwned"
+HOSTILE = {  # what a pull request can add to the workspace: each leaves a marker if imported
+    "click.py": "open(__import__('os').path.join({ws!r}, 'pwned'), 'a').write('click\\n')\n",
+    "json.py": "open(__import__('os').path.join({ws!r}, 'pwned'), 'a').write('json\\n')\n",
+    "sitecustomize.py": "open(__import__('os').path.join({ws!r}, 'pwned'), 'a').write('site\\n')\n",
+    "archaudit/__init__.py": "open(__import__('os').path.join({ws!r}, 'pwned'), 'a').write('archaudit\\n')\n",
+    "archaudit/__main__.py": "import sys; sys.exit(0)\n",
+    "pip/__init__.py": "",
+    "pip/__main__.py": "open(__import__('os').path.join({ws!r}, 'pwned'), 'a').write('pip\\n')\n",
+}
+
+
+def _workspace(tmp_path: Path) -> Path:
+    import shutil
+
+    ws = tmp_path / "ws"
+    shutil.copytree(REPO / "fixtures" / "ci" / "repo", ws)
+    return ws
+
+
+def _plant(ws: Path) -> None:
+    for rel, text in HOSTILE.items():
+        (ws / rel).parent.mkdir(parents=True, exist_ok=True)
+        (ws / rel).write_text(text.format(ws=str(ws)))
+
+
+def _run_scan_step(ws: Path, safepath: bool) -> tuple[int, str, bytes]:
+    """The action's Scan step as GitHub runs it: bash, in the workspace, inputs in env."""
+    env_lit, script = action_step("Scan")
+    out = ws.parent / "gh-output"
+    out.write_text("")
+    env = dict(os.environ, GITHUB_WORKSPACE=str(ws), GITHUB_OUTPUT=str(out), PY=sys.executable,
+               SCAN_PATH="venv-sp/site-packages", TARGETS="sm_120", BASELINE="", FAIL_ON="any",
+               SARIF_DIR="archaudit-sarif", ARCHAUDIT_CACHE_DIR=str(ws.parent / "cache"), **env_lit)
+    env.pop("PYTHONSAFEPATH", None) if not safepath else None
+    p = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", script], cwd=ws, env=env,
+                       capture_output=True, text=True, timeout=120)
+    sarif = (ws / "archaudit-sarif").iterdir()
+    data = b"".join(f.read_bytes() for f in sorted(sarif))
+    return p.returncode, out.read_text(), data
+
+
+@pytest.mark.parametrize("safepath", [True, False], ids=["PYTHONSAFEPATH", "python3.10-no-safepath"])
+def test_action_scan_step_imports_nothing_from_the_workspace(tmp_path, safepath):
+    """A pull request that adds click.py, json.py, sitecustomize.py and an archaudit/ package to
+    the workspace: the Scan step runs none of them and reports what it reports without them.
+    Without PYTHONSAFEPATH (Python 3.10 ignores it) the empty working directory alone suffices."""
+    assert env_has_safepath() is True
+    ws = _workspace(tmp_path)
+    rc, out, clean = _run_scan_step(ws, safepath)
+    assert (rc, out) == (0, "exit-code=1\n")  # fail-on defaults to any: the fixture's findings fail the job later
+    assert b'"ruleId"' in clean
+    _plant(ws)
+    shutil_rm(ws / "archaudit-sarif")
+    rc, out, hostile = _run_scan_step(ws, safepath)
+    assert not (ws / MARKER).exists(), (ws / MARKER).read_text()
+    assert (rc, out) == (0, "exit-code=1\n")
+    assert hostile == clean
+
+
+def env_has_safepath() -> bool:
+    return action_step("Scan")[0].get("PYTHONSAFEPATH") == "1" and action_step("Install archaudit")[0].get("PYTHONSAFEPATH") == "1"
+
+
+def shutil_rm(p: Path) -> None:
+    import shutil
+
+    shutil.rmtree(p)
+
+
+def test_action_install_step_runs_the_real_pip(tmp_path):
+    """Fresh case: `python -m pip` from the workspace ran a `pip/` package of the pull request.
+    The install step (given an action path that does not exist, so pip stops at once) runs pip's
+    own code: its error, and no marker."""
+    env_lit, script = action_step("Install archaudit")
+    ws = _workspace(tmp_path)
+    _plant(ws)
+    env = dict(os.environ, GITHUB_WORKSPACE=str(ws), PY=sys.executable, ACTION_PATH=str(tmp_path / "no-such-dir"),
+               PIP_NO_INDEX="1", **env_lit)
+    p = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", script], cwd=ws, env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode != 0 and "no-such-dir" in p.stderr + p.stdout
+    assert not (ws / MARKER).exists(), (ws / MARKER).read_text()
+
+
+def test_python_m_archaudit_from_a_checkout(tmp_path):
+    """`python -m archaudit` from a checkout holding click.py and json.py: archaudit drops the
+    working directory from sys.path before importing anything else. With an archaudit/ folder
+    there too, only -P (or the console script) helps: Python finds the folder first."""
+    ws = _workspace(tmp_path)
+    _plant(ws)
+    import shutil
+
+    shutil.rmtree(ws / "archaudit")
+    env = dict(os.environ, ARCHAUDIT_CACHE_DIR=str(tmp_path / "cache"))
+    env.pop("PYTHONSAFEPATH", None)
+    args = ["scan", "venv-sp/site-packages", "-t", "sm_120", "--format", "json", "-q"]
+    p = subprocess.run([sys.executable, "-m", "archaudit", *args], cwd=ws, env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert not (ws / MARKER).exists(), (ws / MARKER).read_text()
+    gates = {(g["path"], g["line"]) for g in json.loads(p.stdout)["gates"]}
+    _plant(ws)
+    for cmd in ([sys.executable, "-P", "-m", "archaudit"], [str(ARCHAUDIT)]):
+        q = subprocess.run([*cmd, *args], cwd=ws, env=env, capture_output=True, text=True, timeout=120)
+        assert q.returncode == 0, q.stderr
+        assert not (ws / MARKER).exists(), (ws / MARKER).read_text()
+        assert {(g["path"], g["line"]) for g in json.loads(q.stdout)["gates"]} == gates
+    assert gates
+
+
+def test_documented_invocations_import_nothing_from_the_cwd():
+    """README, the pre-commit hook and scripts/ run the console script (its own directory is
+    sys.path[0]) or `python -P`; never a plain `python -m archaudit`/`python -m pip` in a checkout."""
+    import re
+
+    texts = {p: p.read_text() for p in [REPO / "README.md", REPO / ".pre-commit-hooks.yaml", *sorted((REPO / "scripts").iterdir())]}
+    for p, t in texts.items():
+        for m in re.finditer(r"python[\d.]*\s+((?:-\w+\s+)*)-m\s+(archaudit|pip)\b", t):
+            assert "-P" in m.group(1).split() or p.parent.name == "scripts", (p.name, m.group(0))
+    assert "entry: archaudit scan" in texts[REPO / ".pre-commit-hooks.yaml"]
