@@ -10,6 +10,8 @@ import io
 import json
 import lzma
 import os
+import re
+import shutil
 import signal
 import struct
 import subprocess
@@ -285,8 +287,6 @@ HOSTILE = {  # what a pull request can add to the workspace: each leaves a marke
 
 
 def _workspace(tmp_path: Path) -> Path:
-    import shutil
-
     ws = tmp_path / "ws"
     shutil.copytree(REPO / "fixtures" / "ci" / "repo", ws)
     return ws
@@ -306,7 +306,8 @@ def _run_scan_step(ws: Path, safepath: bool) -> tuple[int, str, bytes]:
     env = dict(os.environ, GITHUB_WORKSPACE=str(ws), GITHUB_OUTPUT=str(out), PY=sys.executable,
                SCAN_PATH="venv-sp/site-packages", TARGETS="sm_120", BASELINE="", FAIL_ON="any",
                SARIF_DIR="archaudit-sarif", ARCHAUDIT_CACHE_DIR=str(ws.parent / "cache"), **env_lit)
-    env.pop("PYTHONSAFEPATH", None) if not safepath else None
+    if not safepath:
+        env.pop("PYTHONSAFEPATH", None)
     p = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", script], cwd=ws, env=env,
                        capture_output=True, text=True, timeout=120)
     sarif = (ws / "archaudit-sarif").iterdir()
@@ -319,27 +320,17 @@ def test_action_scan_step_imports_nothing_from_the_workspace(tmp_path, safepath)
     """A pull request that adds click.py, json.py, sitecustomize.py and an archaudit/ package to
     the workspace: the Scan step runs none of them and reports what it reports without them.
     Without PYTHONSAFEPATH (Python 3.10 ignores it) the empty working directory alone suffices."""
-    assert env_has_safepath() is True
+    assert all(action_step(s)[0].get("PYTHONSAFEPATH") == "1" for s in ("Install archaudit", "Scan"))
     ws = _workspace(tmp_path)
     rc, out, clean = _run_scan_step(ws, safepath)
     assert (rc, out) == (0, "exit-code=1\n")  # fail-on defaults to any: the fixture's findings fail the job later
     assert b'"ruleId"' in clean
     _plant(ws)
-    shutil_rm(ws / "archaudit-sarif")
+    shutil.rmtree(ws / "archaudit-sarif")
     rc, out, hostile = _run_scan_step(ws, safepath)
     assert not (ws / MARKER).exists(), (ws / MARKER).read_text()
     assert (rc, out) == (0, "exit-code=1\n")
     assert hostile == clean
-
-
-def env_has_safepath() -> bool:
-    return action_step("Scan")[0].get("PYTHONSAFEPATH") == "1" and action_step("Install archaudit")[0].get("PYTHONSAFEPATH") == "1"
-
-
-def shutil_rm(p: Path) -> None:
-    import shutil
-
-    shutil.rmtree(p)
 
 
 def test_action_install_step_runs_the_real_pip(tmp_path):
@@ -363,8 +354,6 @@ def test_python_m_archaudit_from_a_checkout(tmp_path):
     there too, only -P (or the console script) helps: Python finds the folder first."""
     ws = _workspace(tmp_path)
     _plant(ws)
-    import shutil
-
     shutil.rmtree(ws / "archaudit")
     env = dict(os.environ, ARCHAUDIT_CACHE_DIR=str(tmp_path / "cache"))
     env.pop("PYTHONSAFEPATH", None)
@@ -385,10 +374,9 @@ def test_python_m_archaudit_from_a_checkout(tmp_path):
 def test_documented_invocations_import_nothing_from_the_cwd():
     """README, the pre-commit hook and scripts/ run the console script (its own directory is
     sys.path[0]) or `python -P`; never a plain `python -m archaudit`/`python -m pip` in a checkout."""
-    import re
-
     texts = {p: p.read_text() for p in [REPO / "README.md", REPO / ".pre-commit-hooks.yaml", *sorted((REPO / "scripts").iterdir())]}
     for p, t in texts.items():
-        for m in re.finditer(r"python[\d.]*\s+((?:-\w+\s+)*)-m\s+(archaudit|pip)\b", t):
+        code = "\n".join(x for x in t.splitlines() if not x.lstrip().startswith("# "))  # not comments
+        for m in re.finditer(r"python[\d.]*\s+((?:-\w+\s+)*)-m\s+(archaudit|pip)\b", code):
             assert "-P" in m.group(1).split() or p.parent.name == "scripts", (p.name, m.group(0))
     assert "entry: archaudit scan" in texts[REPO / ".pre-commit-hooks.yaml"]
