@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 import os
 import re
+import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -335,10 +336,45 @@ def _scan(path, targets, reg, progress, cache, workers) -> ScanResult:
     return result
 
 
-def _background() -> None:
-    """A forked helper that works ahead (C++ host checks, CUDA warm-up) runs only on a core
-    nothing else wants: the analysis thread is the scan's critical path, and the parse worker
-    (ParsePool) takes work off it. At nice 5 they took 10 s of CPU from the analysis thread."""
+# how often a worker without PR_SET_PDEATHSIG looks whether its parent is still there
+PARENT_POLL_S = 0.5
+
+
+def die_with_parent(parent: int) -> None:
+    """In a worker process: end it when `parent` (the pid of the process that started it, taken
+    there) ends, however that ends. A killed scan otherwise left its workers blocked on pipes
+    nobody writes (their own fork holds the write ends) or still working, holding their memory.
+    Linux: PR_SET_PDEATHSIG, the kernel sends SIGKILL (the thread that forked must stay alive: the
+    scan's pools are forked by the thread that runs scan() and closed before it returns).
+    Elsewhere: a daemon thread polls getppid(). Either way, a parent already gone means exit now."""
+    import signal
+
+    armed = False
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            armed = libc.prctl(1, int(signal.SIGKILL), 0, 0, 0) == 0  # 1: PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            armed = False
+    if os.getppid() != parent:  # died before the signal was armed: nobody would send it
+        os._exit(1)
+    if not armed:
+        def watch() -> None:
+            while os.getppid() == parent:
+                time.sleep(PARENT_POLL_S)
+            os._exit(1)
+
+        threading.Thread(target=watch, name="archaudit-parent-watch", daemon=True).start()
+
+
+def _background(parent: int) -> None:
+    """A forked helper that works ahead (C++ host checks, CUDA warm-up) ends with the scan
+    (die_with_parent) and runs only on a core nothing else wants: the analysis thread is the
+    scan's critical path, and the parse worker (ParsePool) takes work off it. At nice 5 they
+    took 10 s of CPU from the analysis thread."""
+    die_with_parent(parent)
     try:
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     except (OSError, AttributeError):
@@ -368,7 +404,7 @@ def _fork_pool(source: Source):
         return None
     try:
         return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("fork"),
-                                   initializer=_background)
+                                   initializer=_background, initargs=(os.getpid(),))
     except (OSError, RuntimeError):
         return None
 
@@ -556,11 +592,13 @@ def _parse_one(data: bytes, shallow: bool) -> bytes | None:
         return None
 
 
-def _parse_serve(requests, results, claimed, nice: int) -> None:
+def _parse_serve(requests, results, claimed, nice: int, parent: int) -> None:
     """The parse worker's loop: parse what is asked for, in order, skipping what the parent
     has claimed (parsed itself meanwhile), until asked for None. A thread of its own sends the
-    results, so parsing goes on while the parent is not reading."""
+    results, so parsing goes on while the parent is not reading. Ends with its parent."""
     from collections import deque
+
+    die_with_parent(parent)
 
     if nice:
         try:
@@ -638,7 +676,8 @@ class ParsePool:
             results, results_in = ctx.Pipe(duplex=False)
             # shared with the fork, and no file behind it (RawArray would write one in /dev/shm)
             claimed = mmap.mmap(-1, cls.CAPACITY)
-            proc = ctx.Process(target=_parse_serve, args=(recv_end, results_in, claimed, cls.NICE), daemon=True)
+            proc = ctx.Process(target=_parse_serve, args=(recv_end, results_in, claimed, cls.NICE, os.getpid()),
+                               daemon=True)
             proc.start()
         except Exception:  # noqa: BLE001 - no helper process here (limits, sandbox): parse in-process
             return None

@@ -126,7 +126,10 @@ def read_in_workers(root: str, todo: list[str], workers: int, want_state: bool, 
             # re-run an unguarded __main__ script of a library user in every worker
             methods = multiprocessing.get_all_start_methods()
             ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-            with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as ex:
+            from .pipeline import die_with_parent
+
+            with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=die_with_parent,
+                                     initargs=(os.getpid(),)) as ex:
                 n = len(chunks)
                 for part in ex.map(_read_files, [root] * n, chunks, [want_state] * n, [True] * n):
                     out.extend(part)

@@ -380,3 +380,121 @@ def test_documented_invocations_import_nothing_from_the_cwd():
         for m in re.finditer(r"python[\d.]*\s+((?:-\w+\s+)*)-m\s+(archaudit|pip)\b", code):
             assert "-P" in m.group(1).split() or p.parent.name == "scripts", (p.name, m.group(0))
     assert "entry: archaudit scan" in texts[REPO / ".pre-commit-hooks.yaml"]
+
+
+# --- a killed scan leaves no worker behind --------------------------------------------------
+
+def _proc_table() -> dict[int, tuple[int, int, str]]:
+    """pid -> (parent pid, process group, state) of every process, from /proc."""
+    out = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat", "rb") as f:
+                stat = f.read().decode("ascii", "replace")
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) "
+        out[int(d)] = (int(fields[1]), int(fields[2]), fields[0])
+    return out
+
+
+def _descendants(root: int) -> set[int]:
+    table = _proc_table()
+    found, todo = set(), [root]
+    while todo:
+        p = todo.pop()
+        for c, (ppid, _pg, state) in table.items():
+            if ppid == p and c not in found and state != "Z":
+                found.add(c)
+                todo.append(c)
+    return found
+
+
+def _alive(pids: set[int], group: int) -> set[int]:
+    """Those of pids, or of the process group, that still run (a zombie holds no memory)."""
+    return {p for p, (_pp, pg, state) in _proc_table().items() if (p in pids or pg == group) and state != "Z"}
+
+
+def big_tree(root: Path) -> Path:
+    """28 MB of Python (above scancache.PARALLEL_MIN_BYTES: the prefilter and the parse worker
+    run in processes), a gate in each package, C++ and CUDA files (the host-code checks' and the
+    CUDA worker's processes)."""
+    filler = "".join(f"# line {i} of text that no prefilter question is about\n" for i in range(1800))
+    for p in range(12):
+        pkg = root / f"pkg{p}"
+        pkg.mkdir(parents=True)
+        (pkg / "__init__.py").write_bytes(b"")
+        (pkg / "gate.py").write_bytes(GATE)
+        (pkg / "kern.cu").write_text("#include <cuda.h>\n__global__ void k() {}\n" * 200)
+        (pkg / "host.cpp").write_text("int major = prop.major;\nif (major == 9) { run(); }\n" * 200)
+        for i in range(25):
+            (pkg / f"m{i}.py").write_text(filler)
+    return root
+
+
+@pytest.mark.parametrize("when", [1, 3], ids=["readers", "parse-cuda-hostcheck-workers"])
+def test_killed_scan_leaves_no_worker(tmp_path, when):
+    """SIGKILL of the scan once `when` workers run (the prefilter's readers come first; then the
+    parse worker, the host-code checks and the CUDA worker): within 5 s none is left."""
+    tree = big_tree(tmp_path / "tree")
+    env = dict(os.environ, ARCHAUDIT_CACHE_DIR=str(tmp_path / "cache"))
+    p = subprocess.Popen([str(ARCHAUDIT), "scan", str(tree), "-t", "sm_120", "--workers", "2", "-q", "--format", "json"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+    try:
+        kids: set[int] = set()
+        deadline = time.monotonic() + 60
+        while len(kids) < when and p.poll() is None and time.monotonic() < deadline:
+            kids = _descendants(p.pid)
+            time.sleep(0.01)
+        assert len(kids) >= when, "the scan ended before its workers were seen"
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait()
+        kids |= _descendants(p.pid)
+        left = _alive(kids, p.pid)
+        deadline = time.monotonic() + 5
+        while left and time.monotonic() < deadline:
+            time.sleep(0.05)
+            left = _alive(kids, p.pid)
+        assert not left, {q: _proc_table().get(q) for q in left}
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        for q in _alive(set(), p.pid):  # what the assertion found: not left for the next test
+            os.kill(q, signal.SIGKILL)
+
+
+def test_worker_without_pdeathsig_polls_for_its_parent(tmp_path):
+    """Fresh case: where PR_SET_PDEATHSIG is not available (not Linux), die_with_parent's thread
+    notices the parent is gone (getppid changes) and ends the worker within a poll or two."""
+    script = (
+        "import os, sys, time\n"
+        "sys.platform = 'darwin'  # no prctl: the polling fallback\n"
+        "from archaudit.pipeline import die_with_parent\n"
+        "if os.fork() == 0:  # the scan\n"
+        "    parent = os.getpid()\n"
+        "    w = os.fork()\n"
+        "    if w == 0:  # its worker\n"
+        "        die_with_parent(parent)\n"
+        "        time.sleep(60)\n"
+        "        os._exit(0)\n"
+        "    print(os.getpid(), w, flush=True)\n"
+        "    time.sleep(60)\n"
+        "    os._exit(0)\n"
+    )
+    p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=tmp_path,
+                         start_new_session=True)
+    scan, worker = map(int, p.stdout.readline().split())
+    p.wait()
+    try:
+        assert _alive({worker}, -1) == {worker}
+        os.kill(scan, signal.SIGKILL)
+        deadline = time.monotonic() + 3
+        while _alive({worker}, -1) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive({worker}, -1)
+    finally:
+        for q in _alive({scan, worker}, -1):
+            os.kill(q, signal.SIGKILL)
