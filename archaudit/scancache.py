@@ -1,7 +1,7 @@
 """Whole-scan reuse: content fingerprints of the inputs, the result cache and early cutoff.
 
 A scan's result is a pure function of (archaudit version/code/rules -- the cache tag), the file
-listing, the bytes of the Python files and of the distribution metadata, and the targets. So:
+listing with what listing it reported, the bytes of the files, and the targets. So:
 
 - warm: every input's content hash is known from the previous run's stat snapshot (size,
   mtime, ctime, inode unchanged, and modified well before that snapshot was taken, the way git
@@ -159,7 +159,7 @@ class Fingerprint:
 
     files: dict[str, FileState] = field(default_factory=dict)
     unreadable: list[str] = field(default_factory=list)  # hashed as absent
-    listing: str = ""  # digest of the whole file listing
+    listing: str = ""  # digest of the whole file listing and of the diagnostics taken so far (the walk's)
     whole: str | None = None  # a wheel: digest of the wheel file
     hashed: int = 0  # files read and hashed in this run
     reused: int = 0  # hashes taken from the stat snapshot
@@ -189,7 +189,11 @@ def run_key(source: Source) -> str:
 def fingerprint(source: Source, files: list[str], previous: dict | None, workers: int,
                 progress=None) -> Fingerprint:
     fp = Fingerprint(snapshot_ns=time.time_ns())
-    fp.listing = key_of("listing", *files)
+    # what listing the files reported (a link out of the root, a FIFO, an unreadable directory,
+    # a bad name) is part of the result but names no listed file: two trees with the same files
+    # differ there, and so does one tree before and after such an entry is added
+    walk = [f"{d.path}\0{d.kind}\0{d.line}\0{d.severity}\0{d.message}" for d in sorted(set(source.diagnostics))]
+    fp.listing = key_of("listing", *files, "|", *walk)
     prev_files: dict[str, FileState] = (previous or {}).get("files", {})
     prev_snap = (previous or {}).get("snapshot_ns", 0)
     if isinstance(source, WheelSource):

@@ -498,3 +498,48 @@ def test_worker_without_pdeathsig_polls_for_its_parent(tmp_path):
     finally:
         for q in _alive({scan, worker}, -1):
             os.kill(q, signal.SIGKILL)
+
+
+# --- the cache's whole-scan key -------------------------------------------------------------
+
+def _gate_tree(root: Path) -> Path:
+    (root / "pkg").mkdir(parents=True)
+    (root / "pkg" / "__init__.py").write_bytes(b"")
+    (root / "pkg" / "gate.py").write_bytes(GATE)
+    return root
+
+
+def test_cached_result_is_not_another_trees_walk_diagnostics(tmp_path):
+    """Two trees with the same files, one with a link out of the root and a FIFO: each scan (one
+    cache) reports its own tree's walk diagnostics, whichever ran first."""
+    dirty = _gate_tree(tmp_path / "dirty")
+    (dirty / "pkg" / "out.py").symlink_to("/etc/hostname")
+    os.mkfifo(dirty / "pkg" / "pipe.py")
+    clean = _gate_tree(tmp_path / "clean")
+    walk = {("pkg/out.py", "symlink-outside"), ("pkg/pipe.py", "not-a-file")}
+    for order in ((dirty, clean), (clean, dirty)):
+        shutil.rmtree(tmp_path / ".cache", ignore_errors=True)
+        for tree in order:
+            _r, rep = scan_json(tree, tmp_path)
+            assert ("pkg/gate.py", 5) in gate_places(rep)
+            assert diags(rep) & walk == (walk if tree is dirty else set()), (tree.name, order[0].name)
+
+
+def test_link_added_after_a_clean_scan_is_reported_warm(tmp_path):
+    """A clean scan, then a link to a file outside the root (no listed file changes): the next
+    scan reports it; one more scan of the unchanged tree is a cache hit with the same report."""
+    from archaudit.cache import Cache
+    from archaudit.pipeline import scan
+
+    tree = _gate_tree(tmp_path / "t")
+    _r, rep = scan_json(tree, tmp_path)
+    assert not diags(rep)
+    (tree / "pkg" / "shadow.py").symlink_to("/etc/shadow")
+    _r, rep = scan_json(tree, tmp_path)
+    assert diags(rep) == {("pkg/shadow.py", "symlink-outside")}
+    assert ("pkg/gate.py", 5) in gate_places(rep)
+    cache = Cache(tmp_path / ".cache")
+    res = scan(tree, cache=cache, workers=1)
+    again = scan(tree, cache=cache, workers=1)
+    assert again.cache["mode"] == "hit" and again.diagnostics == res.diagnostics
+    assert [(d.path, d.kind) for d in again.diagnostics] == [("pkg/shadow.py", "symlink-outside")]
