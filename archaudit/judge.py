@@ -24,8 +24,9 @@ from .model import (BINARY_ONLY, CPP_RUNTIME_CHECK, HARDWARE_BOUND, PARTIAL, SOF
 from .targets import CompileTarget, Gpu, Registry
 
 # TU diagnostics a scan reports as problems of the input (archaudit.cuda.tu.INPUT_PROBLEMS less the
-# read failures, which the Source reports itself)
-PREPROCESSOR_PROBLEMS = frozenset(("unbalanced-conditional", "include-cycle", "expansion-limit", "expression-depth"))
+# read failures, which the Source reports itself), and an #include of an absolute path (never read)
+PREPROCESSOR_PROBLEMS = frozenset(("unbalanced-conditional", "include-cycle", "expansion-limit", "expression-depth",
+                                   "absolute-include"))
 
 
 @dataclass

@@ -94,7 +94,7 @@ class Resolution:
     spelled: str
     angled: bool
     path: str | None  # resolved file (relative to the scan root), None if not a package file
-    kind: str  # "file" | "external" | "unresolved"
+    kind: str  # "file" | "external" | "unresolved" | "absolute" (a path outside the scan, never read)
     root: int = -1  # index of the root it was found in (-1: next to the includer or not found;
     # -2: by a unique file name in the package, i.e. a directory the JIT adds per module)
 
@@ -152,7 +152,7 @@ class IncludeResolver:
         if not spelled:
             return Resolution(spelled, angled, None, "unresolved")
         if spelled.startswith("/"):
-            return Resolution(spelled, angled, None, "external")
+            return Resolution(spelled, angled, None, "absolute")
         if not angled and after_root is None:
             cand = join(posixpath.dirname(includer), spelled)
             if not cand.startswith("..") and self.reader.exists(cand):

@@ -321,8 +321,8 @@ def unbalanced_conditionals(data: bytes) -> list[tuple[int, str]]:
     memchr speed and only files whose counts differ are lexed (comments and strings skipped);
     a file whose counts balance by accident (an #if inside a comment) is not reported here,
     but is reported as soon as a TU that includes it is preprocessed."""
-    opens = data.count(b"#if") + data.count(b"# if")
-    closes = data.count(b"#endif") + data.count(b"# endif")
+    opens = data.count(b"#if") + data.count(b"# if") + data.count(b"%:if")
+    closes = data.count(b"#endif") + data.count(b"# endif") + data.count(b"%:endif")
     if opens == closes:
         return []
     return list(build_program(cpp.scan(data)).problems)
@@ -374,12 +374,25 @@ _TOKEN = re.compile(
 )
 
 
+# Tokens of one logical line (an #if condition, a #define body) that are read at all: the rest of
+# a longer line is never tokenized, so a 15 MiB one-line #if costs no more than this (real lines
+# have < 500 tokens). A line that long is truncated at MAX_LINE_TOKENS + 1 tokens; callers test
+# `len(toks) > MAX_LINE_TOKENS` (too_long) and treat the line as undecidable.
+MAX_LINE_TOKENS = 20000
+
+
+def too_long(toks: tuple) -> bool:
+    return len(toks) > MAX_LINE_TOKENS
+
+
 @lru_cache(maxsize=65536)
 def tokenize(text: str) -> tuple[str, ...]:
     out = []
     pos = 0
     n = len(text)
     while pos < n:
+        if len(out) > MAX_LINE_TOKENS:
+            break  # truncated: too_long() says so
         m = _TOKEN.match(text, pos)
         if not m or m.end() == pos:
             if text[pos:].strip() == "":
@@ -811,16 +824,34 @@ def parse_define_flags(flags) -> dict[str, str]:
     return out
 
 
-# Tokens one macro expansion may produce before the expression is given up as UNKNOWN (with an
-# "expansion-limit" diagnostic): self-doubling macros reach 2**64 tokens.
-MAX_EXPANSION_STEPS = 20000
+# Work one #if condition's macro expansion may take (tokens scanned, substituted and rescanned,
+# argument tokens pre-expanded) before the condition is given up as undecided with an
+# "expansion-limit" diagnostic. The work, not only the result, is bounded: `B(x) = A(A(x))`
+# nested 30 deep doubles the work of each level without ever producing a long result.
+MAX_EXPANSION_WORK = 200_000
+# Work one translation unit's walk may take in total (the work of every condition expanded, a
+# unit per directive of every file walked and WALK_COST per walk of a file): when spent, the walk
+# follows no further #include and decides no further condition ("expansion-limit"). Bounds
+# macro bombs spread over many conditions and include bombs (unguarded headers including each
+# other, 10^8 inclusions). The most a real TU takes (flashinfer 0.7.2's, CUTLASS included) is
+# under 1,000,000.
+MAX_TU_WORK = 3_000_000
+# A file walk (resolving the #include, the file's program, its region tables) costs about as
+# much as this many directives.
+WALK_COST = 16
 # Tokens of one #if line before expansion (real conditions have < 200).
 MAX_IF_TOKENS = 2000
 # Macro calls nested in macro arguments, F(G(H(...))): argument pre-expansion recurses per level
 # (real code: < 10).
 MAX_ARG_NESTING = 32
-_EXPANSION_MSG = (f"#if longer than {MAX_IF_TOKENS} tokens, or its macro expansion exceeded {MAX_EXPANSION_STEPS} "
-                  f"tokens or {MAX_ARG_NESTING} nested macro arguments; condition left undecided")
+_EXPANSION_MSG = (f"#if longer than {MAX_IF_TOKENS} tokens, or its macro expansion exceeded {MAX_EXPANSION_WORK} "
+                  f"steps or {MAX_ARG_NESTING} nested macro arguments; condition left undecided")
+_TU_MSG = (f"preprocessing this translation unit exceeded {MAX_TU_WORK} steps (macro expansion and "
+           "directives of every file included); no further #include followed, no further condition decided")
+
+
+class _OutOfWork(Exception):
+    """The expansion of one condition spent its work budget."""
 
 
 class Preprocessor:
@@ -863,6 +894,9 @@ class Preprocessor:
         self._taint = False
         self._budget_hit = False
         self._arg_depth = 0
+        self._left = MAX_EXPANSION_WORK  # work left to the expansion running now
+        self._tu_left = MAX_TU_WORK  # work left to the whole walk
+        self._stopped = False  # _tu_left ran out: no further include, no further condition
 
     # -- policy for names no #define reached
     def undefined_policy(self, name: str):
@@ -892,12 +926,10 @@ class Preprocessor:
         out: list = []
         macros = self.macros
         reads = self._reads
-        steps = 0
         while work:
-            steps += 1
-            if steps > MAX_EXPANSION_STEPS:
-                self._budget_hit = _EXPANSION_MSG
-                return [_UNKNOWN]  # runaway expansion: give up on this expression
+            self._left -= 1
+            if self._left < 0:
+                raise _OutOfWork  # runaway expansion: the caller gives up on this expression
             t, hs = work.popleft()
             if not isinstance(t, str):
                 out.append(t)
@@ -1029,6 +1061,9 @@ class Preprocessor:
                 out.append((t, h))
                 k += 1
             res = out
+        self._left -= len(res)  # each token is built here and scanned again by the caller
+        if self._left < 0:
+            raise _OutOfWork
         return [(t, h | nh) if isinstance(t, str) else (t, h) for t, h in res]
 
     def _expand_arg(self, arg: list) -> list:
@@ -1044,6 +1079,9 @@ class Preprocessor:
         if self._arg_depth >= MAX_ARG_NESTING:  # F(F(F(...))): each level recurses here
             self._budget_hit = _EXPANSION_MSG
             return [_UNKNOWN]
+        self._left -= len(arg)
+        if self._left < 0:
+            raise _OutOfWork
         saved = self._taint
         toks = [t for t, _ in arg]
         hide = frozenset().union(*[h for _, h in arg]) if arg else frozenset()
@@ -1060,12 +1098,10 @@ class Preprocessor:
         work = deque((t, hide) for t in toks)
         out: list = []
         macros = self.macros
-        steps = 0
         while work:
-            steps += 1
-            if steps > MAX_EXPANSION_STEPS:
-                self._budget_hit = _EXPANSION_MSG
-                return [_UNKNOWN]
+            self._left -= 1
+            if self._left < 0:
+                raise _OutOfWork
             t, hs = work.popleft()
             if not isinstance(t, str) or not (t[0].isalpha() or t[0] == "_") or t == "defined":
                 if t == "defined":
@@ -1134,6 +1170,25 @@ class Preprocessor:
             return 1  # toolkit headers every supported nvcc ships
         return None
 
+    def expand(self, toks, keep_names: bool = False) -> list | None:
+        """`_expand` (or `_expand_keep_names`) of one expression under its work budget: the
+        expression's own (MAX_EXPANSION_WORK) or what is left of the walk's, whichever is less.
+        None when it ran out: `_budget_hit` says which, and a spent walk is stopped."""
+        if self._stopped:
+            return None
+        self._left = start = min(MAX_EXPANSION_WORK, self._tu_left)
+        try:
+            return self._expand_keep_names(toks, frozenset()) if keep_names else self._expand(toks)
+        except _OutOfWork:
+            if start < MAX_EXPANSION_WORK:
+                self._stopped = True
+                self._budget_hit = _TU_MSG
+            else:
+                self._budget_hit = _EXPANSION_MSG
+            return None
+        finally:
+            self._tu_left -= start - max(self._left, 0)
+
     def evaluate(self, text: str) -> tuple[bool | None, bool]:
         """(value, tainted) of an #if expression under the current macro table.
 
@@ -1141,6 +1196,8 @@ class Preprocessor:
         policy answer for names that were undefined): a later evaluation with the same lookups
         gives the same answer, which makes the thousands of repeated library conditions cheap."""
         self._budget_hit = False
+        if self._stopped:
+            return None, False
         simple = _simple_defined(text)
         if simple is not None:
             self._taint = False
@@ -1163,6 +1220,8 @@ class Preprocessor:
         self._budget_hit = False
         val, taint = self._evaluate(text)
         unk = {n: c - before.get(n, 0) for n, c in self.res.unknown_names.items() if c != before.get(n, 0)}
+        if self._budget_hit is _TU_MSG:
+            return val, taint  # undecided for want of this walk's budget, not for its own reasons
         reads = tuple((n, _mkey(m), (n in self.shadow), (self.undefined_policy(n) if m is None else 0)) for n, m in self._reads.items())
         self._eval_cache.setdefault(text, []).append((reads, (val, taint, unk, self._budget_hit)))
         return val, taint
@@ -1190,7 +1249,9 @@ class Preprocessor:
         if len(raw) > MAX_IF_TOKENS:
             self._budget_hit = _EXPANSION_MSG
             return None, self._taint
-        toks = self._expand(raw)
+        toks = self.expand(raw)
+        if toks is None:
+            return None, self._taint
         p = _Parser(toks)
         v = p.parse()
         if p.too_deep:
@@ -1220,6 +1281,7 @@ class Preprocessor:
             res.taints[path] = [False] * len(prog.region_parent)
         states = res.states[path]
         taints = res.taints[path]
+        self._tu_left -= len(prog.ops) + WALK_COST
         cur_states = [False] * len(prog.region_parent)
         cur_taints = [False] * len(prog.region_parent)
         cur_states[0] = ctx
@@ -1291,7 +1353,10 @@ class Preprocessor:
             if kind == OP_DEFINE:
                 _, line, name, params, body = op
                 old = macros.get(name)
-                new = Macro(params, tokenize(body), state is True, cur_taints[cur], body, (path, line))
+                toks = tokenize(body)
+                if too_long(toks):
+                    toks = (_UNKNOWN_VALUE,)  # a body too long to read: its value is unknown
+                new = Macro(params, toks, state is True, cur_taints[cur], body, (path, line))
                 if state is None and old is not None and old.certain and old.params == params and old.body == new.body:
                     new.certain = True
                 macros[name] = new
@@ -1317,15 +1382,16 @@ class Preprocessor:
     def _check_budget(self, path: str, line: int) -> None:
         if self._budget_hit:
             msg, self._budget_hit = self._budget_hit, False
-            kind = "expansion-limit" if msg == _EXPANSION_MSG else "expression-depth"
+            kind = "expansion-limit" if msg in (_EXPANSION_MSG, _TU_MSG) else "expression-depth"
             self.res.diagnostics.append(Diagnostic(path, kind, msg, line))
 
     def _include(self, path: str, op: tuple, state, taint: bool) -> None:
         _, line, spelled, angled, is_next, computed = op
         res = self.res
         if computed:
-            toks = self._expand_keep_names(tokenize(spelled), frozenset())
-            text = "".join(t for t in toks if isinstance(t, str))
+            toks = self.expand(tokenize(spelled), keep_names=True)
+            self._check_budget(path, line)
+            text = "".join(t for t in toks if isinstance(t, str)) if toks is not None else ""
             m = re.fullmatch(r'"([^"]*)"|<(.*)>', text.replace(" ", ""))
             if not m:
                 res.diagnostics.append(Diagnostic(path, "computed-include", f"cannot evaluate #include {spelled}", line))
@@ -1350,6 +1416,13 @@ class Preprocessor:
                         self.macros[name] = Macro(None, src.body, src.certain and state is True, False, src.text, (spelled, 0))
                     elif val.isdigit():
                         self.macros[name] = Macro(None, (val,), state is True, False, val, (spelled, 0))
+            return
+        if r.kind == "absolute":
+            # never read (outside the scan root) and it may define anything: unresolved
+            if state is True:
+                res.unresolved_seen.append(spelled)
+            res.diagnostics.append(Diagnostic(path, "absolute-include", f"#include of the absolute path {spelled}: "
+                                              "outside the scan root, not read", line))
             return
         if r.kind == "unresolved" and angled:
             # <x> not in the package: a system header we do not know by name
@@ -1389,6 +1462,11 @@ class Preprocessor:
                     g = self.macros.get(name)
                     if g is not None and not g.certain and g.where and g.where[0] == target:
                         del self.macros[name]
+        if self._tu_left <= 0:
+            if not self._stopped:
+                self._stopped = True
+                res.diagnostics.append(Diagnostic(path, "expansion-limit", _TU_MSG, line))
+            return
         if len(self._stack) >= self.MAX_DEPTH:
             res.diagnostics.append(Diagnostic(path, "include-depth", f"include depth limit at {target}", line))
             return

@@ -477,7 +477,9 @@ def _eval_int(pp: Preprocessor, expr: str) -> int | None:
     from .preproc import _Parser
 
     pp._taint = False
-    toks = pp._expand(list(tokenize(expr)), frozenset())
+    toks = pp.expand(tokenize(expr))
+    if toks is None:
+        return None
     p = _Parser(toks)
     v = p.parse()
     return v if p.ok and isinstance(v, int) else None

@@ -41,8 +41,18 @@ _LEX = re.compile(
 )
 _RAW_OPEN = re.compile(r'R"([^()\\\s"]{0,16})\(')
 
-_DIRECTIVE = re.compile(r"^[ \t]*#[ \t]*(\w*)((?:[^\n\\]|\\.)*)", re.M | re.S)
+# A directive: `#` (or its digraph `%:`) first on a line, its name, and the rest of the logical
+# line. A backslash-newline (LF or CRLF) continues it, in the name too (`#en\<newline>dif`), as
+# line splicing precedes everything in C; the rest is matched as runs between backslashes, which
+# keeps a 15 MiB one-line directive linear. It runs on the code with comments blanked *and*
+# their line breaks removed (see scan), since a block comment that spans lines continues the
+# directive it starts in.
+_SPLICE = r"\\(?:\r?\n)"
+_DIRECTIVE = re.compile(
+    rf"^[ \t]*(?:#|%:)(?:[ \t]|{_SPLICE})*((?:\w|{_SPLICE}\w)*)([^\n\\]*(?:\\(?:\r\n|.)[^\n\\]*)*)", re.M | re.S)
+_SPLICES = re.compile(_SPLICE)
 _NEWLINES = re.compile(r"[^\n]")
+_BOM = "\xef\xbb\xbf"  # UTF-8 byte-order mark, latin-1 decoded
 IDENT = re.compile(r"[A-Za-z_]\w*")
 
 
@@ -90,6 +100,8 @@ def scan(data: bytes | str) -> Scan:
     pieces: list[str] = []  # comments and literal contents blanked
     clean: list[str] = []  # comments blanked only (directive text keeps its string literals)
     strings: list[tuple[int, int]] = []
+    # comments as plain spaces, line breaks included: what directives are found in
+    flat: list[str] = []
     pos = 0
     search = _LEX.search
     i = 0
@@ -109,6 +121,8 @@ def scan(data: bytes | str) -> Scan:
                     e = close + len(rm.group(1)) + 2
                     pieces.append(text[pos : s + 2])
                     pieces.append(_blank(text[s + 2 : e - 1]) + '"')
+                    flat.append(text[pos : s + 2])
+                    flat.append(_blank(text[s + 2 : e - 1]) + '"')
                     clean.append(text[pos:e])
                     strings.append((s, e))
                     pos = i = e
@@ -117,32 +131,47 @@ def scan(data: bytes | str) -> Scan:
             continue
         pieces.append(text[pos:s])
         clean.append(text[pos:s])
+        flat.append(text[pos:s])
         if c == "/":
             b = _blank(tok)
             pieces.append(b)
             clean.append(b)
+            flat.append(" " * len(tok))
         else:
             if c == '"':
                 strings.append((s, e))
-            pieces.append(c + _blank(tok[1:-1]) + c)
+            b = c + _blank(tok[1:-1]) + c
+            pieces.append(b)
+            flat.append(b)
             clean.append(tok)
         pos = i = e
     pieces.append(text[pos:])
     clean.append(text[pos:])
+    flat.append(text[pos:])
     cleaned = "".join(clean)
     code = "".join(pieces)
-    assert len(code) == len(text)
+    dcode = "".join(flat)
+    if dcode.startswith(_BOM):
+        dcode = "   " + dcode[3:]  # a BOM before a first-line directive is not a token
+    assert len(code) == len(text) == len(dcode)
 
     line_starts = [0]
     line_starts.extend(m.end() for m in re.finditer(r"\n", text))
     directives: list[Directive] = []
     body_parts: list[str] = []
     bpos = 0
-    for m in _DIRECTIVE.finditer(code):
+    for m in _DIRECTIVE.finditer(dcode):
         s, e = m.span()
         line = bisect.bisect_right(line_starts, s)
-        joined = re.sub(r"\\\r?\n", " ", cleaned[m.start(2) : e])
-        directives.append(Directive(line, s, e, m.group(1), joined.strip()))
+        name = m.group(1)
+        if "\\" in name:
+            name = _SPLICES.sub("", name)
+        joined = cleaned[m.start(2) : e]
+        if "\\" in joined or "\n" in joined:
+            # spliced lines join with nothing between them; a line break left is one inside a
+            # block comment (already blanked), which is a space
+            joined = _SPLICES.sub("", joined).replace("\r\n", " ").replace("\n", " ")
+        directives.append(Directive(line, s, e, name, joined.strip()))
         body_parts.append(code[bpos:s])
         body_parts.append(_blank(code[s:e]))
         bpos = e
