@@ -36,6 +36,8 @@ TVM_FFI_SPEC = "apache-tvm-ffi==0.1.15.post2"
 # The toolkit here has no curand.h (sampling.cuh needs it); the pip wheel carries the headers a
 # full toolkit has in $cuda_home/include.
 CURAND_SPEC = "nvidia-curand==10.4.4.72"
+# pip takes --platform literally: nvidia-curand 10.4.4.72 is tagged manylinux_2_27 only
+PLATFORMS = [a for p in ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64") for a in ("--platform", p)]
 
 VENDORED_INCLUDES = (  # relative to the flashinfer package directory, in the JIT's order
     "data/include", "data/csrc", "data/cutlass/include", "data/cutlass/tools/util/include", "data/spdlog/include",
@@ -85,7 +87,7 @@ def _wheel_dir(spec: str, sub: str) -> Path:
         wheels.mkdir(parents=True, exist_ok=True)
         print(f"downloading {spec} ...", file=sys.stderr)
         subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(wheels),
-                        "--python-version", "3.11", "--platform", "manylinux_2_28_x86_64", "--only-binary=:all:", spec],
+                        "--python-version", "3.11", *PLATFORMS, "--only-binary=:all:", spec],
                        check=True)
         return _wheel_dir(spec, sub)
     with zipfile.ZipFile(w) as zf:
