@@ -75,7 +75,7 @@ def scan(path, targets, fmt, output, quiet, baseline_file, fail_on, repo_root, s
 
 def _register_optional_commands() -> None:
     # Command groups that live in their own modules register here.
-    from . import cli_binary, cli_cuda, cli_graph, cli_rules, cli_verdict
+    from . import cli_binary, cli_cuda, cli_graph, cli_rules, cli_verdict, cli_verify
 
     cli_cuda.register(main)
     cli_rules.register(main)
@@ -83,6 +83,7 @@ def _register_optional_commands() -> None:
     cli_verdict.register(main)
     cli_binary.register(main)
     cli_ci.register(main)
+    cli_verify.register(main)
 
 
 _register_optional_commands()
