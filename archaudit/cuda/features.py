@@ -44,6 +44,10 @@ class OwnerFacts:
     head_words: tuple[str, ...]
     top: int  # index of the top-level owner containing it (itself when top-level)
     qual: str = ""
+    ns: str = ""  # enclosing namespaces as written (cpp.Owner.ns)
+    # a function whose parameter list is written empty: a call of it has no arguments, so
+    # argument-dependent lookup never finds it from another namespace
+    nullary: bool = False
 
 
 @dataclass
@@ -112,6 +116,15 @@ class FileFacts:
     nlines: int
     rules_key: str = ""
     digest: str = ""
+    # last names of the namespaces this file names in a using-directive, a using-declaration or a
+    # namespace alias (anywhere: their members may be found from any namespace)
+    opened: frozenset = frozenset()
+    # lines of the #include directives inside a named namespace or a class or function body: the
+    # included file's namespaces are not the ones written in it
+    scoped_includes: frozenset = frozenset()
+    # qualified names each top-level owner writes, as "q::name" for the last qualifier only
+    # (`a::b::f` gives "a::b" and "b::f"); owner -1: code outside every owner
+    quals: dict = field(default_factory=dict)
 
     def owner_names(self) -> dict[str, list[int]]:
         out: dict[str, list[int]] = {}
@@ -262,6 +275,10 @@ _STOP = frozenset(
 # than trying every offset: `\bX` is written `X(?<!\wX)`, and a lookbehind before X is moved
 # after it) or is only run on a body holding one of its literals (_TRAP_WORDS, "asm").
 _ASM = re.compile(r"\b(?:asm|__asm__|__asm)\b(?:\s*(?:volatile|__volatile__|goto|inline)\b)*\s*\(")
+# `using namespace a::b;` / `namespace x = a::b;` (group 1: b) and `using a::b::name;` (group 2: b)
+_OPENS = re.compile(
+    r"\b(?:using\s+namespace|namespace\s+\w+\s*=)\s*(?:::\s*)?(?:\w+\s*::\s*)*(\w+)\s*;"
+    r"|\busing\s+(?:typename\s+)?(?:::\s*)?(?:\w+\s*::\s*)*(\w+)\s*::\s*~?\w+\s*;")
 _TRAP_WORDS = ("__trap", "__builtin_trap", "CUTLASS_NOT_IMPLEMENTED", "CUTE_INVALID_CONTROL_PATH")
 _TRAP = re.compile(r"\b(" + "|".join(_TRAP_WORDS) + r")\s*\(")
 _STUBBY = re.compile(r"\b(?:assert|__brkpt|asm|__asm__|return|void|thread0)\b")
@@ -399,6 +416,30 @@ def _strip_stub_code(seg: str) -> str:
     return s
 
 
+def _nullary(head: str, name: str) -> bool:
+    """Does this function head declare `name()` or `name(void)`?"""
+    return name in head and re.search(r"(?<![\w:~])" + re.escape(name) + r"\s*\(\s*(?:void\s*)?\)", head) is not None
+
+
+_AFTER_QUALIFIER = re.compile(r"\s*(?:template\s+)?([A-Za-z_]\w*)")
+
+
+def _qualified(body: str):
+    """(offset, "q::name") for each `q :: name` of the code (found from each `::`, a literal)."""
+    i = body.find("::")
+    while i >= 0:
+        j = i
+        while j > 0 and body[j - 1] in " \t\r\n":
+            j -= 1
+        k = j
+        while k > 0 and (body[k - 1].isalnum() or body[k - 1] == "_"):
+            k -= 1
+        m = _AFTER_QUALIFIER.match(body, i + 2)
+        if k < j and m:
+            yield k, f"{body[k:j]}::{m.group(1)}"
+        i = body.find("::", i + 2)
+
+
 def extract(path: str, data: bytes | str) -> FileFacts:
     sc = cpp.scan(data)
     prog = build_program(sc)
@@ -413,7 +454,8 @@ def extract(path: str, data: bytes | str) -> FileFacts:
             top = i
         owners.append(
             OwnerFacts(o.name, o.kind, o.template, o.line, sc.line_of(max(o.start, o.end - 1)), prog.region_of(o.start),
-                       o.kernel, o.device_only, o.head_words, top, o.qual)
+                       o.kernel, o.device_only, o.head_words, top, o.qual, o.ns,
+                       o.kind == "func" and _nullary(body[o.start : o.body_start], o.name))
         )
 
     # identifiers per (top owner, region)
@@ -434,6 +476,9 @@ def extract(path: str, data: bytes | str) -> FileFacts:
             if words:
                 tokens.setdefault((idx, rid), set()).update(words)
     frozen = {k: frozenset(v - _STOP) for k, v in tokens.items()}
+    quals: dict[int, set] = {}
+    for at, q in _qualified(body):
+        quals.setdefault(st.top_owner_at(at), set()).add(q)
     # every identifier of the body, a small fraction of its size: a rule's literal prefix can
     # only be in the body if its leading identifier part is in one of them (_lead_ident)
     words = "\n".join(set().union(*tokens.values()))
@@ -538,5 +583,11 @@ def extract(path: str, data: bytes | str) -> FileFacts:
         smem.append(SmemSite(sc.line_of(m.start()), prog.region_of(m.start()), top_at(m.start()), "dynamic", 1,
                              m.group(2).strip(), sc.text[m.start() : m.end()][:160]))
 
+    # namespaces named by using-directives, using-declarations and aliases; #includes in a scope
+    opened = frozenset(m.group(1) or m.group(2) for m in _OPENS.finditer(body)) if "using" in body or "namespace" in body else frozenset()
+    scoped = frozenset(d.line for d in sc.directives if d.name == "include" and (
+        st.top_owner_at(d.start) >= 0 or any(s <= d.start < e for s, e in st.namespaces)))
+
     return FileFacts(path, prog, owners, frozen, asm, idents, traps, kernels, smem,
-                     len(sc.line_starts), rules_key(), hashlib.sha1(sc.text.encode("latin-1")).hexdigest())
+                     len(sc.line_starts), rules_key(), hashlib.sha1(sc.text.encode("latin-1")).hexdigest(),
+                     opened, scoped, {k: frozenset(v) for k, v in quals.items()})

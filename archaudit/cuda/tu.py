@@ -14,7 +14,10 @@ How a TU is judged for a target (device pass):
    in the closure, every definition whose name is used by reached code is reached. This
    over-approximates (names collide, every specialisation of a template counts) but it keeps the
    many unused atoms of CuTe/CUTLASS headers out; nvcc itself emits only what is instantiated
-   and reachable from kernels, and unguarded asm in unused code does not break a build.
+   and reachable from kernels, and unguarded asm in unused code does not break a build. A class
+   name (or the name of a function without parameters) reaches only the definitions C++ lookup
+   can find from the namespace of the code using it (see _reach): an atom of another namespace
+   with the same name is not taken for the one used.
 3. Inline PTX and intrinsics in reached, active code that the target lacks are blocking
    ("fails"); CuTe/CUTLASS atoms and arch tags named by the package's own reached code that the
    target lacks, traps under arch conditions in the package's own reached code, kernels whose
@@ -234,6 +237,7 @@ class CudaProject:
         self._facts: dict[str, F.FileFacts | None] = {}
         self._by_owner: dict[str, dict[int, list[tuple[int, frozenset]]]] = {}
         self._names: dict[str, dict[str, list[int]]] = {}
+        self._scoping: dict[str, tuple[frozenset, frozenset]] = {}  # path -> (#undef'd names, namespace names)
         self._eval_cache: dict = {}  # #if text -> [(macro lookups, result)], shared by all walks
         self.problems: dict[str, tuple[str, str]] = {}  # path -> (kind, message): read but not source
 
@@ -287,6 +291,17 @@ class CudaProject:
                 if toks:
                     got.setdefault(idx, []).append((rid, toks))
             self._by_owner[ff.path] = got
+        return got
+
+    def _file_scoping(self, ff: F.FileFacts) -> tuple[frozenset, frozenset]:
+        """The names a file #undefs and the names of the namespaces it writes (for _scopes)."""
+        from .preproc import OP_UNDEF
+
+        got = self._scoping.get(ff.path)
+        if got is None:
+            got = (frozenset(op[2] for op in ff.program.ops if op[0] == OP_UNDEF),
+                   frozenset(c for o in ff.owners if o.ns for c in o.ns.split("::")))
+            self._scoping[ff.path] = got
         return got
 
     def _owner_names(self, ff: F.FileFacts) -> dict[str, list[int]]:
@@ -349,13 +364,79 @@ def _kernel_macro(words, macros: dict[str, Macro]) -> bool:
     return False
 
 
+@dataclass
+class _Scopes:
+    """What name lookup across namespaces may rely on in one TU (see _reach)."""
+
+    loose: set[str]  # files whose namespaces as written may not be the real ones
+    opened: set[str]  # last names of namespaces named by a using-directive/-declaration or an alias
+    macros: set[str]  # every name #defined in the TU (a qualifier that is one may name any namespace)
+
+
+def _scopes(proj: CudaProject, pr: PreprocResult, facts: dict[str, F.FileFacts]) -> _Scopes:
+    """A file's namespaces are taken as written unless a macro may open or close one (its body
+    holds `namespace` or unbalanced braces, and the file names it), a namespace is named by a
+    macro or could not be read, or the file is included inside a namespace, class or function
+    (or by such a file)."""
+    # the macros of the TU: defined at its end, or #undef'd on the way (defined for a while)
+    defined: set[str] = set(pr.macros)
+    macro_words: dict[str, set] = {}
+    opened: set[str] = set()
+    for ff in facts.values():
+        for name, words in ff.program.define_idents.items():
+            macro_words.setdefault(name, set()).update(words)
+        defined |= proj._file_scoping(ff)[0]
+        opened |= ff.opened
+    ns_macros = {n for n, w in macro_words.items() if "namespace" in w and n in defined}
+    ns_macros |= {n for n, m in pr.macros.items() if m.text.count("{") != m.text.count("}")}
+    by_macro = {path for path, ff in facts.items() if any(not ns_macros.isdisjoint(t) for t in ff.tokens.values())}
+    loose = set(by_macro)
+    for path, ff in facts.items():
+        parts = proj._file_scoping(ff)[1]
+        if "?" in parts or not parts.isdisjoint(defined):
+            loose.add(path)
+    # what an #include in a scope brings in is loose, and so is every file that one brings in or
+    # that a file whose scopes macros may open does (its #includes may be inside them)
+    edges = [(r.path, r.line, r.resolution.path) for r in pr.includes if r.resolution.path in facts]
+    inside = set(by_macro)
+    changed = True
+    while changed:
+        changed = False
+        for src, line, dst in edges:
+            if dst not in inside and (src in inside or line in facts[src].scoped_includes):
+                inside.add(dst)
+                changed = True
+    return _Scopes(loose | inside, opened, defined)
+
+
 def _reach(proj: CudaProject, relpath: str, pr: PreprocResult, facts: dict[str, F.FileFacts],
-           only_from: frozenset[str] | None = None) -> set[tuple[str, int]]:
+           only_from: frozenset[str] | None = None, scopes: _Scopes | None = None) -> set[tuple[str, int]]:
     """(path, top-level owner) pairs reached by name from the TU's roots (see module doc).
-    only_from: start from the functions of these names instead (an exported entry point)."""
-    name_index: dict[str, list[tuple[str, int]]] = {}
+    only_from: start from the functions of these names instead (an exported entry point).
+
+    A class or alias name used by reached code reaches the definitions of that name that C++
+    lookup may find from where it is used: in the using code's namespace or an enclosing one, in
+    the namespace the using code qualifies that name with (`deep_gemm::X`; a qualifier that is a
+    macro may be any), or in one opened anywhere by a using-directive, a using-declaration or an
+    alias. So does the name of a function without parameters (`warpgroup_arrive()`: a call
+    without arguments has no argument-dependent lookup). Other function names reach every
+    definition (argument-dependent lookup finds functions in the namespaces of the arguments'
+    types), and so do names used outside top-level definitions, names from macro bodies, and
+    names used in or defined in files whose namespaces are not known (_scopes)."""
+    scopes = scopes or _scopes(proj, pr, facts)
+    # name -> [((path, owner), namespace it is looked up in or None when found from anywhere)]
+    name_index: dict[str, list[tuple[tuple[str, int], tuple[str, str, str] | None]]] = {}
     roots: list[tuple[str, int]] = []
-    seed_tokens: set[str] = set()
+    seeds: dict[int, set[str]] = {}  # owner of the TU's own file (-1: outside every owner) -> names
+
+    def where(path: str, o: F.OwnerFacts) -> tuple[str, str, str] | None:
+        if not o.ns or path in scopes.loose:
+            return None
+        last = o.ns.rsplit("::", 1)[-1]
+        if last in scopes.opened or last in F._STOP:  # _STOP words are not kept as tokens
+            return None
+        return o.ns, o.ns + "::", last
+
     for path, ff in facts.items():
         states = pr.states[path]
         for name, idxs in proj._owner_names(ff).items():
@@ -363,9 +444,11 @@ def _reach(proj: CudaProject, relpath: str, pr: PreprocResult, facts: dict[str, 
                 o = ff.owners[i]
                 if states[o.region] is False:
                     continue
-                name_index.setdefault(name, []).append((path, i))
+                ns = where(path, o)
+                found_by_name = o.kind != "func" or (o.nullary and not o.qual)
+                name_index.setdefault(name, []).append(((path, i), ns if found_by_name else None))
                 if o.qual:  # out-of-line member definition: reached with its class
-                    name_index.setdefault(o.qual.split("::")[-1], []).append((path, i))
+                    name_index.setdefault(o.qual.split("::")[-1], []).append(((path, i), ns))
                 if only_from is not None:
                     if name in only_from and path == relpath:
                         roots.append((path, i))
@@ -379,41 +462,66 @@ def _reach(proj: CudaProject, relpath: str, pr: PreprocResult, facts: dict[str, 
                     continue  # a template in the TU itself is instantiated only if used
                 if idx >= 0 and ff.owners[idx].device_only and not ff.owners[idx].template:
                     continue  # non-template __device__ code is emitted only if called
-                seed_tokens |= toks
+                seeds.setdefault(idx, set()).update(toks)
     macro_idents: dict[str, set] = {}
     for ff in facts.values():
         for name, words in ff.program.define_idents.items():
             macro_idents.setdefault(name, set()).update(words)
     reached: set[tuple[str, int]] = set()
-    work_tokens = set(seed_tokens)
-    done_names: set[str] = set()
     stack = list(roots)
-    while True:
-        while stack:
-            key = stack.pop()
-            if key in reached:
-                continue
-            reached.add(key)
-            path, idx = key
-            ff = facts[path]
-            states = pr.states[path]
-            for rid, toks in proj._owner_tokens(ff).get(idx, ()):
-                if states[rid] is not False:
-                    work_tokens |= toks
-        new = work_tokens - done_names
-        if not new:
-            if not stack:
-                break
-            continue
-        done_names |= new
-        work_tokens = set()
-        for name in new:
+    done: set[str] = set()  # names whose every definition is on the stack or reached
+    expanded: set[str] = set()  # macros whose body's names were taken
+    anywhere: set[str] = set()  # names to take as used from every namespace
+
+    def take(names: set[str], ns: str | None, quals: frozenset = frozenset()) -> None:
+        """Names used by code in namespace ns (None: from anywhere) that writes these qualified
+        names ("q::name")."""
+        if ns is not None and quals and any(q.split("::", 1)[0] in scopes.macros for q in quals):
+            ns = None
+        for name in names - done:
             mw = macro_idents.get(name)
-            if mw:
-                work_tokens |= mw
-            for key in name_index.get(name, ()):
-                if key not in reached:
-                    stack.append(key)
+            if mw and name not in expanded:
+                expanded.add(name)
+                anywhere.update(mw)
+            waiting = False
+            for key, at in name_index.get(name, ()):
+                if key in reached:
+                    continue
+                if at is not None and ns is not None and not (
+                        ns == at[0] or ns.startswith(at[1]) or f"{at[2]}::{name}" in quals):
+                    waiting = True  # not found from here; maybe from other code
+                    continue
+                stack.append(key)
+            if not waiting:
+                done.add(name)
+
+    own = facts.get(relpath)
+    for idx, names in seeds.items():
+        if idx < 0 or relpath in scopes.loose:
+            take(names, None)
+        else:
+            take(names, own.owners[idx].ns, own.quals.get(idx, frozenset()))
+    while stack or anywhere:
+        if not stack:
+            got = anywhere - done
+            anywhere.clear()
+            take(got, None)
+            continue
+        key = stack.pop()
+        if key in reached:
+            continue
+        reached.add(key)
+        path, idx = key
+        ff = facts[path]
+        states = pr.states[path]
+        names: set[str] = set()
+        for rid, toks in proj._owner_tokens(ff).get(idx, ()):
+            if states[rid] is not False:
+                names |= toks
+        if path in scopes.loose:
+            take(names, None)
+        else:
+            take(names, ff.owners[idx].ns, ff.quals.get(idx, frozenset()))
     return reached
 
 
@@ -490,7 +598,8 @@ def _judge(proj: CudaProject, relpath: str, target: CompileTarget, pr: PreprocRe
     facts = {p: proj.facts(p) for p in pr.files}
     facts = {p: ff for p, ff in facts.items() if ff is not None}
     order = {p: i for i, p in enumerate(pr.files)}
-    reached = _reach(proj, relpath, pr, facts)
+    scopes = _scopes(proj, pr, facts)
+    reached = _reach(proj, relpath, pr, facts, scopes=scopes)
     res = TuResult(relpath, target.name, "builds", diagnostics=list(pr.diagnostics), closure=list(pr.files))
     macros = pr.macros
     maybe_blocking: list[FeatureUse] = []
@@ -629,7 +738,7 @@ def _judge(proj: CudaProject, relpath: str, target: CompileTarget, pr: PreprocRe
         for i, k in enumerate(res.kernels):
             if k.status != "real":
                 continue
-            got = _reach(proj, relpath, pr, facts, only_from=frozenset({k.name}))
+            got = _reach(proj, relpath, pr, facts, only_from=frozenset({k.name}), scopes=scopes)
             hit = sorted(({facts[p].owners[j].name for p, j in got} & set(stub_fns)) - {k.name})
             if hit:
                 st = stub_fns[hit[0]]
@@ -640,7 +749,7 @@ def _judge(proj: CudaProject, relpath: str, target: CompileTarget, pr: PreprocRe
     own = proj.reader.read(relpath) or b""
     kernel_names = {k.name for k in res.kernels}
     for name, (fn, line) in _exports(own.decode("utf-8", "replace")).items():
-        got = _reach(proj, relpath, pr, facts, only_from=frozenset({fn}))
+        got = _reach(proj, relpath, pr, facts, only_from=frozenset({fn}), scopes=scopes)
         names = {facts[p].owners[i].name for p, i in got}
         res.exports[name] = Export(fn, line, sorted(names & kernel_names), sorted(names))
 

@@ -226,6 +226,9 @@ class Owner:
     parent: int = -1  # index of the enclosing class owner, -1 at namespace scope
     line: int = 0
     head_words: tuple[str, ...] = ()  # macro-like words before the name (CUTLASS_GLOBAL, ...)
+    # enclosing named namespaces as written ("a::b"); inline and unnamed namespaces, whose members
+    # are found from the enclosing one, are left out; "?" stands for a namespace head not read
+    ns: str = ""
 
 
 @dataclass
@@ -234,6 +237,9 @@ class Structure:
     # Outermost owners, sorted, non-overlapping: (start, end, owner index)
     top: list[tuple[int, int, int]] = field(default_factory=list)
     funcs: list[tuple[int, int, int]] = field(default_factory=list)  # every function owner (start,end,idx)
+    # (body start, end) of every namespace with a name or an unread head (the `{`, just past `}`)
+    namespaces: list[tuple[int, int]] = field(default_factory=list)
+
 
     def top_owner_at(self, offset: int) -> int:
         i = bisect.bisect_right(self.top, (offset, 1 << 62, 1 << 62)) - 1
@@ -389,8 +395,11 @@ def structure(sc: Scan) -> Structure:
     ev_iter = iter(cond_events)
     next_cond = next(ev_iter, None)
 
-    # Scope stack: (kind, owner index; -1 for none, -2 for a brace nested in a running head)
+    # Scope stack: (kind, owner index; -1 for none, -2 for a brace nested in a running head,
+    # -3 - i for a namespace whose name is ns_names[i])
     stack: list[tuple[str, int]] = []
+    ns_names: list[str] = []
+    ns_starts: list[int] = []
     ndecl = 0  # number of leading NS/CLASS entries... tracked as "depth of non-decl scopes"
     cond_stack: list[list] = []  # [stack at #if, stack after the first branch or None]
     head_start = 0
@@ -401,6 +410,9 @@ def structure(sc: Scan) -> Structure:
             if k == CLASS:
                 return idx
         return -1
+
+    def namespace() -> str:
+        return "::".join(n for k, idx in stack if k == NS and idx <= -3 for n in (ns_names[-3 - idx],) if n)
 
     for m in re.finditer(r"[{};]", body):
         pos = m.start()
@@ -438,7 +450,7 @@ def structure(sc: Scan) -> Structure:
                         st_off = head_start + (len(stmt) - len(stmt.lstrip()))
                         owners.append(
                             Owner(nm, "alias", bool(alias and alias.group(0).lstrip().startswith("template")),
-                                  st_off, st_off, pos + 1, parent=enclosing_class(), line=sc.line_of(st_off))
+                                  st_off, st_off, pos + 1, parent=enclosing_class(), line=sc.line_of(st_off), ns=namespace())
                         )
                 head_start = pos + 1
             continue
@@ -456,6 +468,13 @@ def structure(sc: Scan) -> Structure:
             idx = -1
             if "namespace" in stripped and re.search(r"\bnamespace\b", stripped) or _EXTERN_C.match(stripped):
                 kind = NS
+                idx = -3 - len(ns_names)
+                ns_starts.append(pos)
+                nm = _NAMESPACE.search(stripped)
+                if nm is None:  # extern "C", or a head not read here ("?" says so)
+                    ns_names.append("" if _EXTERN_C.match(stripped) else "?")
+                else:
+                    ns_names.append(re.sub(r"\s+", "", nm.group(2)) if nm.group(2) and not nm.group(1) else "")
             elif "enum" in stripped and re.search(r"\benum\b", stripped):
                 kind = BLOCK
             else:
@@ -466,7 +485,7 @@ def structure(sc: Scan) -> Structure:
                     idx = len(owners)
                     s0 = head_start + (len(head) - len(head.lstrip()))
                     owners.append(Owner(nm.rsplit("::", 1)[-1], "class", templ, s0, pos, -1,
-                                        parent=enclosing_class(), line=sc.line_of(s0)))
+                                        parent=enclosing_class(), line=sc.line_of(s0), ns=namespace()))
                 elif "=" in stripped and "operator" not in stripped and _top_level_char(stripped) >= 0:
                     kind = BLOCK  # brace initialiser
                 elif "(" in stripped:
@@ -485,7 +504,7 @@ def structure(sc: Scan) -> Structure:
                         dev_only = "__device__" in words and "__host__" not in words and not kernel
                         qual = nm.rsplit("::", 1)[0] if "::" in nm else ""
                         o = Owner(nm.rsplit("::", 1)[-1], "func", templ, s0, pos, -1, kernel, dev_only,
-                                  qual=qual, parent=enclosing_class(), line=sc.line_of(s0))
+                                  qual=qual, parent=enclosing_class(), line=sc.line_of(s0), ns=namespace())
                         o.head_words = tuple(sorted(set(_MACRO_WORD.findall(stripped[: stripped.find("(")]))))
                         owners.append(o)
             stack.append((kind, idx))
@@ -498,6 +517,8 @@ def structure(sc: Scan) -> Structure:
         kind, idx = stack.pop()
         if idx >= 0 and owners[idx].end < 0:
             owners[idx].end = pos + 1
+        elif idx <= -3 and ns_names[-3 - idx]:
+            st.namespaces.append((ns_starts[-3 - idx], pos + 1))
         if idx != -2:
             head_start = pos + 1
     for o in owners:
@@ -518,6 +539,8 @@ def structure(sc: Scan) -> Structure:
 _ALIAS = re.compile(r"\s*(?:template\s*<.*?>\s*)?using\s+([A-Za-z_]\w*)\s*=", re.S)
 _TYPEDEF = re.compile(r"\s*typedef\b.*?\b([A-Za-z_]\w*)\s*(?:\[[^\]]*\]\s*)*$", re.S)
 _EXTERN_C = re.compile(r'extern\s*"')
+# the last namespace head of a brace's head: (inline) and the name, absent for an unnamed one
+_NAMESPACE = re.compile(r"\b(inline\s+)?namespace\b\s*(?:\[\[.*?\]\]\s*)?([A-Za-z_]\w*(?:\s*::\s*[A-Za-z_]\w*)*)?\s*$")
 _CTOR_INIT = re.compile(r"(?<!:):(?!:)")
 _ENDS_MEMBER_INIT = re.compile(r"[\w>]\s*$")
 _ENDS_QUALIFIER = re.compile(r"\b(?:const|noexcept|override|final|mutable|volatile)\s*$|->\s*[\w:<>]+\s*$")
