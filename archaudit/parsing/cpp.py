@@ -240,7 +240,6 @@ class Structure:
     # (body start, end) of every namespace with a name or an unread head (the `{`, just past `}`)
     namespaces: list[tuple[int, int]] = field(default_factory=list)
 
-
     def top_owner_at(self, offset: int) -> int:
         i = bisect.bisect_right(self.top, (offset, 1 << 62, 1 << 62)) - 1
         if i >= 0 and self.top[i][0] <= offset < self.top[i][1]:
