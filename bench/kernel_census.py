@@ -3,8 +3,10 @@ nvcc's PTX, next to archaudit's per-kernel stub detection for the same TUs (issu
 
 For each TU this runs `nvcc --ptx` with the command line flashinfer's JIT uses (bench/
 nvcc_flags.py; only the device pass, which decides what a kernel's body is) and reads every
-`.entry`: `empty` when its body is only `ret;` (a kernel whose whole body an `#if` removed),
-`trap` when it does nothing but trap (and print), `real` otherwise. Entries are grouped by
+`.entry` with `archaudit.verify.parse_ptx`: `empty` when its body is only `ret;` (a kernel whose
+whole body an `#if` removed), `trap` when it does nothing but trap (and print) or always traps
+first, `arch-abort` when it prints CuTe's "... without CUTE_ARCH_..." abort, `real` otherwise.
+Entries are grouped by
 kernel family (the demangled function name without template arguments) and compared with
 `CudaProject.analyse_tu(...).kernels` (status real/empty/trap, with the guard line).
 
@@ -20,8 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,9 +33,11 @@ sys.path.insert(0, str(HERE.parent))
 
 import corpus  # noqa: E402
 import nvcc_flags as NF  # noqa: E402
-from validate_cuda import run_group  # noqa: E402
+
+from archaudit.verify import STUBS, demangle, family, parse_ptx, run_group  # noqa: E402
 
 MODULES = {"trtllm_comm": ("jit/comm.py", "gen_trtllm_comm_module")}
+CLASSES = ("real", *STUBS)
 
 
 def module_sources(fi_dir: Path, jit_file: str, func: str) -> list[str]:
@@ -45,75 +47,6 @@ def module_sources(fi_dir: Path, jit_file: str, func: str) -> list[str]:
     if not m:
         raise SystemExit(f"error: {func} not found in {jit_file}")
     return [f"data/csrc/{x}" for x in re.findall(r'FLASHINFER_CSRC_DIR\s*/\s*"([^"]+\.cu)"', m.group(0))]
-
-
-# --- PTX -----------------------------------------------------------------------------------------
-
-_ENTRY = re.compile(r"^\s*(?:\.visible\s+|\.weak\s+)?\.entry\s+([\w$]+)\s*\(", re.M)
-_NOT_WORK = re.compile(
-    r"^(?:ret|exit|trap|bra(?:\.uni)?|ld\.param|mov|cvta|call(?:\.uni)?|st\.param|\.param|\.reg|\.local|\.shared|"
-    r"\{|\}|\)|\(|add\.u64\s+%rd\d+,\s*%SP|add\.u64\s+%rd\d+,\s*%SPL|brkpt|vprintf|_|\$)"
-)
-
-
-def parse_ptx(ptx: str) -> list[dict]:
-    """Every .entry with its body class: empty (only ret), trap (only trap/printf), real."""
-    out = []
-    for m in _ENTRY.finditer(ptx):
-        name = m.group(1)
-        start = ptx.find("{", ptx.find(")", m.end()))
-        depth, i = 0, start
-        while i < len(ptx):
-            c = ptx[i]
-            if c == "{":
-                depth += 1
-            elif c == "}":
-                depth -= 1
-                if depth == 0:
-                    break
-            i += 1
-        body = ptx[start + 1 : i]
-        instrs = []
-        for ln in body.splitlines():
-            ln = ln.split("//")[0].strip()
-            if not ln or ln.endswith(":") or ln.startswith((".reg", ".local", ".shared", ".loc", ".pragma")):
-                continue
-            ln = re.sub(r"^@!?%p\d+\s+", "", ln)
-            instrs.append(ln)
-        ops = [x.split()[0].rstrip(";") for x in instrs]
-        if all(o == "ret" for o in ops):
-            status = "empty"
-        elif any(o == "trap" for o in ops) and all(_NOT_WORK.match(x) for x in instrs):
-            status = "trap"
-        else:
-            status = "real"
-        out.append({"mangled": name, "status": status, "instructions": len(instrs)})
-    return out
-
-
-def demangle(names: list[str]) -> dict[str, str]:
-    tool = shutil.which("c++filt") or shutil.which("cu++filt")
-    if not tool or not names:
-        return {n: n for n in names}
-    p = subprocess.run([tool], input="\n".join(names), capture_output=True, text=True)
-    got = p.stdout.splitlines()
-    return dict(zip(names, got)) if len(got) == len(names) else {n: n for n in names}
-
-
-def family(demangled: str) -> str:
-    """`void ns::k<float, 2>(P<float>)` -> `k`: the function name without scope or arguments."""
-    s = demangled
-    s = re.sub(r"\(.*$", "", s)  # parameters (the first '(' after the name)
-    depth, out = 0, []
-    for c in s:  # drop template arguments
-        if c == "<":
-            depth += 1
-        elif c == ">":
-            depth -= 1
-        elif depth == 0:
-            out.append(c)
-    name = "".join(out).split()[-1] if "".join(out).split() else s
-    return name.split("::")[-1]
 
 
 # --- main ----------------------------------------------------------------------------------------
@@ -138,12 +71,11 @@ def census(fi_dir: Path, sp: Path, tus: list[str], target: str, timeout: float, 
             wall = round(time.monotonic() - t0, 1)
             ptx = out.read_text() if rc == 0 and out.exists() else ""
         entries = parse_ptx(ptx)
-        dm = demangle([e["mangled"] for e in entries])
+        dm = demangle([e.mangled for e in entries])
         fams: dict[str, dict] = {}
         for e in entries:
-            e["demangled"] = dm[e["mangled"]]
-            f = fams.setdefault(family(e["demangled"]), {"real": 0, "empty": 0, "trap": 0})
-            f[e["status"]] += 1
+            f = fams.setdefault(family(dm[e.mangled]), dict.fromkeys(CLASSES, 0))
+            f[e.status] += 1
         t1 = time.monotonic()
         res = proj.analyse_tu(f"flashinfer/{tu}", ruleset.target_by_name(target), extra_defines=NF.defines_of(cmd))
         a_wall = round(time.monotonic() - t1, 1)
@@ -154,7 +86,7 @@ def census(fi_dir: Path, sp: Path, tus: list[str], target: str, timeout: float, 
             f = fams.get(name)
             ptx_status = None
             if f:
-                nonzero = [s for s in ("real", "empty", "trap") if f[s]]
+                nonzero = [s for s in CLASSES if f[s]]
                 ptx_status = nonzero[0] if len(nonzero) == 1 else "mixed"
             a = kern.get(name)
             comp.append({"family": name, "ptx": f, "ptx_status": ptx_status, "archaudit": a,
@@ -170,20 +102,23 @@ def census(fi_dir: Path, sp: Path, tus: list[str], target: str, timeout: float, 
 def markdown(d: dict, title: str) -> str:
     out = [f"# Kernel census: {title}, {d['target']} ({d['nvcc']})", "",
            "Generated by `bench/kernel_census.py`. PTX `.entry` bodies from `nvcc --ptx` with flashinfer's JIT flags:",
-           "`empty` = only `ret;`, `trap` = only trap/printf, `real` = anything else; counts are instantiations",
+           "`empty` = only `ret;`, `trap` = only trap/printf or a trap first, `arch-abort` = CuTe's abort message,",
+           "`real` = anything else; counts are instantiations",
            "per kernel family. `archaudit` is `CudaProject.analyse_tu(...).kernels` for the same TU, target and -D flags.", ""]
     for r in d["rows"]:
         out += [f"## {r['tu']}", "",
                 f"- nvcc: rc={r['nvcc_rc']}, wall {r['nvcc_wall_s']} s, {r['entries']} entries"
                 + (f"; error: `{r['nvcc_error'][:200]}`" if r["nvcc_rc"] != 0 else ""),
                 f"- archaudit: {r['prediction']} ({r['archaudit_wall_s']} s): {r['reason'][:300]}", "",
-                "| kernel family | PTX real | PTX empty | PTX trap | archaudit | guard line | agree |", "|---|---|---|---|---|---|---|"]
+                "| kernel family | PTX real | PTX empty | PTX trap | PTX arch-abort | archaudit | guard line | agree |",
+                "|---|---|---|---|---|---|---|---|"]
         for c in r["families"]:
-            f = c["ptx"] or {"real": "-", "empty": "-", "trap": "-"}
+            f = c["ptx"] or dict.fromkeys(CLASSES, "-")
             a = c["archaudit"]
             astat = "not listed" if a is None else a["status"]
             guard = "" if a is None or a["guard_line"] is None else f"{a['path'].split('/')[-1]}:{a['guard_line']}"
-            out.append(f"| {c['family']} | {f['real']} | {f['empty']} | {f['trap']} | {astat} | {guard} | {'yes' if c['agree'] else 'NO'} |")
+            out.append(f"| {c['family']} | {f['real']} | {f['empty']} | {f['trap']} | {f['arch-abort']} | {astat} | {guard} | "
+                       f"{'yes' if c['agree'] else 'NO'} |")
         out += ["", "Command:", "", "```", r["cmd"], "```", ""]
     return "\n".join(out)
 

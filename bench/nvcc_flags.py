@@ -30,6 +30,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import corpus  # noqa: E402
 
+from archaudit.verify import nvcc_version  # noqa: E402,F401  (the benchmarks' reports name the toolkit)
+
 # flashinfer 0.7.2.post1 requires apache-tvm-ffi<0.2,>=0.1.11 and 0.6.15.post1
 # apache-tvm-ffi<0.2,>=0.1.6 (!=0.1.8*) (their METADATA); this one satisfies both.
 TVM_FFI_SPEC = "apache-tvm-ffi==0.1.15.post2"
@@ -124,15 +126,6 @@ def cuda_home() -> Path:
         if m:
             return Path(m.group(1))
     return Path("/usr/local/cuda")
-
-
-def nvcc_version() -> str:
-    try:
-        out = subprocess.run(["nvcc", "--version"], capture_output=True, text=True, timeout=60).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    m = re.search(r"release [\d.]+, V[\d.]+", out)
-    return m.group(0) if m else out.strip().splitlines()[-1] if out.strip() else ""
 
 
 def jit_command(fi_dir: Path, src: Path, target: str, module_flags=(), module_includes=(), out: str = "out.o",

@@ -39,9 +39,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
-import re
-import subprocess
 import sys
 import tempfile
 import time
@@ -55,6 +52,8 @@ sys.path.insert(0, str(HERE.parent))
 
 import corpus  # noqa: E402
 import nvcc_flags as NF  # noqa: E402
+
+from archaudit.verify import first_error, missing_header, run_group  # noqa: E402
 
 FI_CORPUS = "fi072"
 RESULTS = HERE / "results"
@@ -272,43 +271,19 @@ class OverlayReader:
 
 # --- nvcc ------------------------------------------------------------------------------------------
 
-_ERR_RE = re.compile(r"\berror\b", re.I)
-_MISSING_HDR = re.compile(r"fatal error: ([^:]+): No such file or directory")
-
-
 def classify(rc: int | None, text: str) -> tuple[str, str]:
     """(outcome, detail): OK / error / timeout / skipped (a header of the environment is missing)."""
     if rc is None:
         return "timeout", ""
     if rc == 0:
         return "OK", ""
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    m = _MISSING_HDR.search(text)
-    if m:
+    hdr = missing_header(text)
+    if hdr is not None:
         from archaudit.cuda.includes import is_external_header
 
-        if is_external_header(m.group(1).strip()):
-            return "skipped", f"environment lacks header {m.group(1).strip()}"
-    first = next((ln for ln in lines if _ERR_RE.search(ln)), lines[0] if lines else f"exit status {rc}")
-    return "error", first[:400]
-
-
-def run_group(argv: list[str], timeout: float, workdir: Path) -> tuple[int | None, str]:
-    """Run in its own process group; on timeout end that group (nvcc's cicc/ptxas children too)."""
-    import signal
-
-    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=str(workdir),
-                         start_new_session=True)
-    try:
-        out, _ = p.communicate(timeout=timeout)
-        return p.returncode, out or ""
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        p.communicate()
-        return None, ""
+        if is_external_header(hdr):
+            return "skipped", f"environment lacks header {hdr}"
+    return "error", first_error(text, rc)
 
 
 def run_nvcc(cmd: list[str], timeout: float, nice: int, workdir: Path) -> dict:

@@ -83,7 +83,7 @@ def test_ptx_entry_classes():
 \tret;
 }
 """
-    assert [(e["mangled"], e["status"]) for e in K.parse_ptx(ptx)] == [
+    assert [(e.mangled, e.status) for e in K.parse_ptx(ptx)] == [
         ("_Z5emptyv", "empty"), ("_Z4trapPi", "trap"), ("_Z4realPi", "real")]
     assert K.family("void flashinfer::reduce_fusion::k<float, 2, true>(AllReduceParams<float>)") == "k"
     assert K.family("void oneShotAllReduceKernel<__half, 8, false, true>(AllReduceParams<__half>)") == "oneShotAllReduceKernel"

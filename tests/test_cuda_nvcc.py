@@ -82,9 +82,9 @@ def test_kernel_census_matches_per_kernel_status(tmp_path):
         subprocess.run([NVCC, "--ptx", f"-gencode=arch=compute_{code},code=sm_{code}", "-o", str(out), str(FIX / tu)],
                        check=True, capture_output=True, timeout=120)
         entries = K.parse_ptx(out.read_text())
-        dm = K.demangle([e["mangled"] for e in entries])
+        dm = K.demangle([e.mangled for e in entries])
         ptx = {}
         for e in entries:
-            ptx.setdefault(K.family(dm[e["mangled"]]), set()).add(e["status"])
+            ptx.setdefault(K.family(dm[e.mangled]), set()).add(e.status)
         got = {k.name: {k.status} for k in proj.analyse_tu(tu, ruleset.target_by_name(t)).kernels}
         assert got == ptx, (tu, t)
