@@ -42,6 +42,8 @@ EXPECTED = {
     "reach/scoped_include.cu": ("fails", (7,)),
     # ... from a header whose namespace a macro opens
     "reach/macro_namespace.cu": ("fails", (7,)),
+    # ... through a macro that expands to such a macro
+    "reach/macro_indirect.cu": ("fails", (7,)),
     # fence() has no parameters: the call in portable finds portable::fence only
     "reach/calls.cu": ("builds", ()),
     # arrive(Op{}) with Op = hopper::MMA_F32: argument-dependent lookup finds hopper::arrive
@@ -121,6 +123,7 @@ def test_loose_files(project):
     ct = ruleset.target_by_name("sm_120f")
     for tu, loose in (("reach/scoped_include.cu", {"reach/scoped_use.cuh"}),
                       ("reach/macro_namespace.cu", {"reach/macro_use.cuh"}),
+                      ("reach/macro_indirect.cu", {"reach/macro_indirect_use.cuh"}),
                       ("reach/namespaces.cu", set())):
         pr, _ = project.preprocess(tu, ct)
         facts = {p: project.facts(p) for p in pr.files}

@@ -389,6 +389,11 @@ def _scopes(proj: CudaProject, pr: PreprocResult, facts: dict[str, F.FileFacts])
         opened |= ff.opened
     ns_macros = {n for n, w in macro_words.items() if "namespace" in w and n in defined}
     ns_macros |= {n for n, m in pr.macros.items() if m.text.count("{") != m.text.count("}")}
+    grown = True
+    while grown:  # a macro that expands to one of those (`#define MY_BEGIN CUB_NAMESPACE_BEGIN`)
+        more = {n for n, w in macro_words.items() if n in defined and n not in ns_macros and not ns_macros.isdisjoint(w)}
+        ns_macros |= more
+        grown = bool(more)
     by_macro = {path for path, ff in facts.items() if any(not ns_macros.isdisjoint(t) for t in ff.tokens.values())}
     loose = set(by_macro)
     for path, ff in facts.items():
