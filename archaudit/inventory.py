@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 
 from .callgraph.behind import BehindModule
 from .callgraph.jit import JitModule
-from .judge import Behind, ModuleRef, TuCache, _module_refs, classify
-from .model import BUILD_FLAGS, NVCC_FLAGS, UNRESOLVED, Diagnostic, Finding, Gate, Link, internal_error
+from .judge import Behind, ModuleRef, TuCache, _module_refs, _patch_plan, classify
+from .model import (BUILD_FLAGS, NVCC_FLAGS, PARTIAL, SOFTWARE_ONLY, UNRESOLVED, Diagnostic, Finding, Gate, Link,
+                    internal_error)
 from .targets import CompileTarget, Gpu, Registry, admits_of_nvcc_flags
 
 ADMITTED = "admitted"
@@ -161,10 +162,11 @@ class Inventory:
                     "hard-coded nvcc flags", region="build")
 
     def build_flag_findings(self, pairs: list[tuple[Gpu, CompileTarget]], gates: list[Gate],
-                            package_of) -> tuple[list[Gate], list[Finding]]:
+                            package_of, patcher=None) -> tuple[list[Gate], list[Finding]]:
         """A `build-flags` gate per generator whose hard-coded flags exclude a target, judged over
         the modules it builds; not where the gate scan already found the flags as an `nvcc-flags`
-        gate in that function."""
+        gate in that function. With a patcher, a software-only or partial one gets the patch plan
+        that adds the target's -gencode at each build call (judge._patch_plan)."""
         found = {g.function for g in gates if g.kind == NVCC_FLAGS}
         by_gen: dict[tuple[str, int, str], list[tuple[ModuleRecord, ModuleRef]]] = {}
         for rec, ref in zip(self.records, self.refs):
@@ -184,13 +186,19 @@ class Inventory:
             for gpu, ct in pairs:
                 if gpu.name in admits:
                     continue
+                behind = Behind([ref for _, ref in items], chain=[link])
                 try:
-                    f = classify(g, gpu, ct, Behind([ref for _, ref in items], chain=[link]), self.tus)
+                    f = classify(g, gpu, ct, behind, self.tus)
                 except Exception as e:  # noqa: BLE001
                     self.problems.append(internal_error(gen[0], "build-flags verdict", e, gen[1]))
                     f = Finding(g, gpu.name, UNRESOLVED, reason=f"archaudit's verdict failed ({type(e).__name__})")
                 f.reason = (f"built only with hard-coded nvcc flags ({' '.join(flags)}), which give no code for "
                             f"{gpu.name}; compiled for {ct.name} instead: {f.reason}")
+                if patcher is not None and f.verdict in (SOFTWARE_ONLY, PARTIAL):
+                    try:
+                        _patch_plan(f, g, gpu, behind, {}, patcher)
+                    except Exception as e:  # noqa: BLE001 - the verdict stands; the patch is what is missing
+                        self.problems.append(internal_error(gen[0], "patch planning", e, gen[1]))
                 findings.append(f)
         return gates, findings
 

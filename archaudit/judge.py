@@ -19,8 +19,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from .model import (BINARY_ONLY, CPP_RUNTIME_CHECK, HARDWARE_BOUND, PARTIAL, SOFTWARE_ONLY, UNRESOLVED, Diagnostic,
-                    Evidence, Finding, Gate, Kernel, Link, ModuleVerdict, internal_error)
+from .model import (BINARY_ONLY, BUILD_FLAGS, CPP_RUNTIME_CHECK, HARDWARE_BOUND, PARTIAL, SOFTWARE_ONLY, UNRESOLVED,
+                    Diagnostic, Evidence, Finding, Gate, Kernel, Link, ModuleVerdict, internal_error)
 from .targets import CompileTarget, Gpu, Registry
 
 # TU diagnostics a scan reports as problems of the input (archaudit.cuda.tu.INPUT_PROBLEMS less the
@@ -50,6 +50,7 @@ class ModuleRef:
     # a runtime check's own translation unit, judged alone (no JIT module is known to compile it)
     own_unit_only: bool = False
     guarded_function: str | None = None  # a C++ runtime check: the function holding it
+    sink: tuple[str, int, int, str] | None = None  # the build call: path, line, column, function holding it
 
 
 @dataclass
@@ -471,31 +472,45 @@ def _test_false(g: Gate, gpu: str) -> bool:
 
 
 def patch_gates_of(f: Finding, gates: list[Gate]) -> list[Gate]:
-    """The gates a finding's patch plan edits: its own, then the arch lists down its chain."""
-    by_place = {(g.path, g.line): g for g in gates}
-    return [by_place.get(p, f.gate) for p in f.plan] or [f.gate]
+    """The gates a finding's patch plan edits: its own, then those down its chain."""
+    return list(f.plan) or [f.gate]
 
 
 def _patch_plan(f: Finding, g: Gate, gpu: Gpu, b: Behind, by_place, patcher, first: list[Gate] = ()) -> None:
-    """The gate's own patch plus one for each gate further down the chain (the arch list feeding
-    a module's nvcc flags) that also excludes the target; `first`: gates that stop the target
-    before it reaches this one."""
+    """The gate's own patch plus one for each gate further down the chain that also excludes the
+    target: the arch list feeding a module's nvcc flags, and the build call of a module whose
+    hard-coded nvcc flags give no code for the target (its flags get the target's -gencode);
+    `first`: gates that stop the target before it reaches this one. A `build-flags` gate at a
+    generator's def is patched at its build calls only."""
     from .patch import combined_patch
+    from .targets import admits_of_nvcc_flags
 
-    plan = list(first) + [g]
+    plan = list(first) + ([] if g.kind == BUILD_FLAGS and g.region == "build" else [g])
     for ref in b.modules:
         fg = by_place.get(ref.flags_gate) if ref.flags_gate else None
         if fg is not None and fg is not g and gpu.name not in fg.admits and fg not in plan:
             plan.append(fg)
-    f.plan = [(pg.path, pg.line) for pg in plan]
+        if ref.hard_flags and ref.sink is not None:
+            flags = [f"-gencode=arch=compute_{c.split('_', 1)[1]},code={c}" for c in ref.hard_flags if "_" in c]
+            adm = admits_of_nvcc_flags(patcher.reg, flags)
+            path, line, col, function = ref.sink
+            if adm is not None and gpu.name not in adm and not any((p.path, p.line) == (path, line) for p in plan):
+                plan.append(Gate(path, line, col, function, BUILD_FLAGS, " ".join(flags), adm,
+                                 "hard-coded nvcc flags", region="build-call"))
+    f.plan = plan
     diff, done = combined_patch(patcher, plan, gpu, in_gate_order=True)
     by_gate = {(pg.path, pg.line, pg.col): p for pg, p in done}
-    notes = []
+    notes, manual = [], []
     for pg in plan:
         p = by_gate[(pg.path, pg.line, pg.col)]
-        notes.append(f"{pg.path}:{pg.line}: " + (p.description if p.diff else f"no patch ({p.description})"))
+        if not p.diff:
+            manual.append(f"{pg.path}:{pg.line}")
+        why = p.description if p.diff else f"no patch, edit by hand ({p.description})"
+        notes.append(f"{pg.path}:{pg.line}: {why}")
     f.patch = diff or None
-    f.reason += "; patch plan: " + "; ".join(notes)
+    head = ("patch plan" if not manual else
+            f"patch plan, manual for {', '.join(manual)}" + (" (the diff holds the other steps)" if diff else ""))
+    f.reason += f"; {head}: " + "; ".join(notes)
 
 
 DEVICE_SUFFIXES = (".cu", ".cuh")  # sglang's load_jit compiles .cuh files given as cuda_files
@@ -612,7 +627,8 @@ def _module_refs(analysis, mods) -> dict[str, ModuleRef]:
                                   flags_gate=flags_gate,
                                   host_sources=sorted(dict.fromkeys(host)),
                                   hard_flags=list(jm.hard_coded_archs) if jm.hard_coded_archs else None,
-                                  notes=sorted(dict.fromkeys(notes)))
+                                  notes=sorted(dict.fromkeys(notes)),
+                                  sink=(jm.path, jm.line, int(jm.key.rsplit(":", 1)[1]), jm.function))
         elif ref.entry_points is not None:
             # reached along several paths: the union of what they call, unknown beats known
             ref.entry_points = None if entry is None else ref.entry_points | entry

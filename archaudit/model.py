@@ -173,7 +173,7 @@ class Finding:
     reason: str = ""  # why (always for unresolved, a one-line summary otherwise)
     patch: str | None = None  # unified diff for software-only gates
     feature: str = ""  # the feature/JIT-module group this finding belongs to, for the patch plan
-    plan: list[tuple[str, int]] = field(default_factory=list)  # gates the patch plan edits (path, line)
+    plan: list[Gate] = field(default_factory=list)  # gates the patch plan edits, in order
 
     def sort_key(self):
         return (self.target, *self.gate.sort_key())

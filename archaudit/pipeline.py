@@ -958,7 +958,7 @@ def judge_scan(source: Source, files: list[str], index: Index, gates: list[Gate]
                            prefetch=prefetch if cuda is not None else None, problems=inventory.problems)
     say("judging JIT modules")
     inventory.judge(pairs)
-    flag_gates, flag_findings = inventory.build_flag_findings(pairs, gates, package_of)
+    flag_gates, flag_findings = inventory.build_flag_findings(pairs, gates, package_of, patcher)
     findings = sorted(findings + flag_findings, key=Finding.sort_key)
     return JudgedScan(findings, patcher, tus.input_problems() + inventory.problems, not_evaluated,
                       inventory.records, flag_gates)

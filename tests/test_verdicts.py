@@ -127,7 +127,7 @@ def test_gate_on_a_predicate_only_its_callers_test(result):
     sm_120 is in scope, so its own edit is refused with the reason, the chain's is still planned."""
     f = next(f for f in result.findings if (f.gate.path, f.gate.line) == ("servelib/communicator.py", 15))
     assert f.gate.resolution.startswith("inferred:")
-    assert "servelib/communicator.py:15: no patch (no predicate for sm_120" in f.reason
+    assert "servelib/communicator.py:15: no patch, edit by hand (no predicate for sm_120" in f.reason
     assert "supported_major_versions=[9, 10, 12]" in f.patch
 
 
@@ -191,7 +191,8 @@ def test_a_refusal_after_an_earlier_one_is_patched_with_it(result):
     f = _finding(result, "servelib/reach.py", 19)
     assert ("sm_120 does not get this far unless the gate at servelib/reach.py:17 "
             "(`not (is_sm90_supported() or is_sm100_supported())`) lets it through") in f.reason
-    assert f.plan == [("servelib/reach.py", 17), ("servelib/reach.py", 19), ("kernlib/jit/modules.py", 23)]
+    assert [(g.path, g.line) for g in f.plan] == [("servelib/reach.py", 17), ("servelib/reach.py", 19),
+                                                  ("kernlib/jit/modules.py", 23)]
     assert "+    if not (is_sm90_supported() or is_sm100_supported() or is_sm120_supported()):\n" in f.patch
     assert "+    if not (is_sm100_supported() or is_sm120_supported()):\n" in f.patch
     assert f.patch.count("+++ servelib/reach.py") == 1
@@ -211,7 +212,7 @@ def test_a_runtime_check_in_a_binding_is_judged_with_its_jit_module(result):
     assert (m.name, m.sources) == ("norm_binding", ["kernlib/data/csrc/norm.cu", "kernlib/data/csrc/norm_binding.cu"])
     assert [k.name for k in m.kernels] == ["rms_norm_kernel"]
     assert [(x.kind, x.how) for x in f.chain] == [("region", "runtime-check"), ("jit-module", "compiles-source")]
-    assert "no patch (a C++ runtime check: archaudit edits Python gates only" in f.reason
+    assert "+  if (major != 9 && major != 12) throw std::runtime_error(\"verified on Hopper only\");\n" in f.patch
     g = _finding(result, "kernlib/data/csrc/orphan_binding.cu", 10)
     assert g.reason == ("orphan_binding.cu: the check guards host code that defines no kernel, and no JIT module in "
                         "the scan is known to compile this file with the sources that define the kernels it launches")

@@ -1,0 +1,140 @@
+"""Patches for each kind of software-only gate (fixtures/patches): the exact lines each edit
+removes and adds, and the round trip: `archaudit patch`, `patch -p0` on a copy, a scan of the copy."""
+import shutil
+import subprocess
+
+import pytest
+from click.testing import CliRunner
+
+from archaudit.cli import main
+from archaudit.pipeline import scan
+
+from conftest import FIXTURES
+
+ROOT = FIXTURES / "patches"
+MODULES = "gpukit/jit/modules.py"
+BINDING = "gpukit/data/csrc/norm_binding.cu"
+GENCODE = '"-gencode=arch=compute_120f,code=sm_120f"'
+
+# (gate path, line) -> [(file, removed or added line)], in diff order
+EXPECTED = {
+    # a module constant of capability tuples
+    ("gpukit/attention.py", 16): [
+        ("gpukit/attention.py", "-_SUPPORTED_CAPABILITIES = ((9, 0), (10, 0))"),
+        ("gpukit/attention.py", "+_SUPPORTED_CAPABILITIES = ((9, 0), (10, 0), (12, 0))")],
+    # a capability-keyed table (the nearest entry's value) and the arch-keyed flag table's build call
+    ("gpukit/bmm.py", 20): [
+        ("gpukit/bmm.py", '+        (12, 0): "sm103a",'),
+        (MODULES, '-        extra_cuda_cflags=_FLAGS[target] + ["--use_fast_math"],'),
+        (MODULES, f'+        extra_cuda_cflags=_FLAGS[target] + ["--use_fast_math", {GENCODE}],')],
+    # C++ runtime checks: an && condition is wrapped, an || chain extended, a refusal narrowed
+    (BINDING, 18): [
+        (BINDING, '-  TVM_FFI_ICHECK(major == 10 && (minor == 0 || minor == 3)) << "rms_norm requires SM100 or '
+                  'SM103";'),
+        (BINDING, '+  TVM_FFI_ICHECK((major == 10 && (minor == 0 || minor == 3)) || major == 12) << "rms_norm requires '
+                  'SM100 or SM103";')],
+    (BINDING, 24): [
+        (BINDING, "-  if (sm < 90 || sm >= 110) {"),
+        (BINDING, "+  if ((sm < 90 || sm >= 110) && sm != 120) {")],
+    (BINDING, 32): [
+        (BINDING, '-  FLASHINFER_CHECK(sm == kSM_100 || sm == kSM_103, "rms_norm_inplace requires SM100 or '
+                  'SM103");'),
+        (BINDING, '+  FLASHINFER_CHECK(sm == kSM_100 || sm == kSM_103 || sm == kSM_120, "rms_norm_inplace requires SM100 '
+                  'or SM103");')],
+    # no is_sm120_supported in scope: the torch capability test
+    ("gpukit/fusion.py", 15): [
+        ("gpukit/fusion.py", "-    if is_sm90_supported() or is_sm100_supported():"),
+        ("gpukit/fusion.py",
+         "+    if is_sm90_supported() or is_sm100_supported() or torch.cuda.get_device_capability()[0] == 12:")],
+    (MODULES, 9): [
+        (MODULES, "-    nvcc_flags = current_compilation_context.get_nvcc_flags_list(supported_major_versions=[10])"),
+        (MODULES, "+    nvcc_flags = current_compilation_context.get_nvcc_flags_list(supported_major_versions=[10, 12])")],
+    # hard-coded -gencode: appended to the list literal at the build call
+    (MODULES, 14): [
+        (MODULES, '-        extra_cuda_cflags=sm90a_nvcc_flags + _PRECISE_MATH_FLAGS + ["--expt-relaxed-constexpr"],'),
+        (MODULES,
+         f'+        extra_cuda_cflags=sm90a_nvcc_flags + _PRECISE_MATH_FLAGS + ["--expt-relaxed-constexpr", {GENCODE}],')],
+    # the build-flags gate at the generator's def is patched at its build call
+    (MODULES, 21): [
+        (MODULES, '-        extra_cuda_cflags=_FLAGS[target] + ["--use_fast_math"],'),
+        (MODULES, f'+        extra_cuda_cflags=_FLAGS[target] + ["--use_fast_math", {GENCODE}],')],
+    # a tuple of minors under a major test: the major test is widened, and the module's arch list
+    ("gpukit/softmax.py", 24): [
+        ("gpukit/softmax.py", "-    return major == 10 and minor in (0, 3)"),
+        ("gpukit/softmax.py", "+    return major in (10, 12) and minor in (0, 3)"),
+        (MODULES, "-    nvcc_flags = current_compilation_context.get_nvcc_flags_list(supported_major_versions=[10])"),
+        (MODULES, "+    nvcc_flags = current_compilation_context.get_nvcc_flags_list(supported_major_versions=[10, 12])")],
+}
+
+
+def edits(patch: str) -> list[tuple[str, str]]:
+    out, path = [], None
+    for line in patch.splitlines():
+        if line.startswith("+++ "):
+            path = line[4:]
+        elif line[:1] in "+-" and not line.startswith("--- "):
+            out.append((path, line))
+    return out
+
+
+@pytest.fixture(scope="module")
+def result(reg):
+    return scan(ROOT, [reg.parse("sm_120")])
+
+
+def test_every_gate_is_software_only_with_its_exact_edits(result):
+    assert {(f.gate.path, f.gate.line): f.verdict for f in result.findings} == {k: "software-only" for k in EXPECTED}
+    got = {(f.gate.path, f.gate.line): edits(f.patch or "") for f in result.findings}
+    assert got == EXPECTED
+
+
+def test_the_plan_names_each_step(result):
+    f = next(f for f in result.findings if (f.gate.path, f.gate.line) == ("gpukit/bmm.py", 20))
+    assert [(g.path, g.line, g.kind) for g in f.plan] == [("gpukit/bmm.py", 20, "capability-compare"),
+                                                          (MODULES, 24, "build-flags")]
+    assert ('gpukit/bmm.py:20: add `(12, 0): "sm103a"` to the table at line 15 (the value of (10, 3): sm_120 takes '
+            'a path judged for it)') in f.reason
+    assert f"{MODULES}:24: add -gencode=arch=compute_120f,code=sm_120f to extra_cuda_cflags" in f.reason
+
+
+def test_no_safe_edit_says_why_and_that_the_patch_is_manual(tmp_path, reg):
+    """fusion.py without torch: no predicate for sm_120 in scope and no capability test to write;
+    the finding keeps its verdict, has no patch and says the step is manual."""
+    copy = tmp_path / "patches"
+    shutil.copytree(ROOT, copy)
+    fusion = copy / "gpukit" / "fusion.py"
+    fusion.write_text(fusion.read_text().replace("import torch\n", "").replace("torch.add(x, y)", "x + y"))
+    r = scan(copy, [reg.parse("sm_120")])
+    f = next(f for f in r.findings if (f.gate.path, f.gate.line) == ("gpukit/fusion.py", 14))
+    assert (f.verdict, f.patch) == ("software-only", None)
+    assert f.reason.endswith(
+        "patch plan, manual for gpukit/fusion.py:14: gpukit/fusion.py:14: no patch, edit by hand (no predicate for "
+        "sm_120 (or for its major) is in scope at the gate or in the predicates it calls, and no capability "
+        "comparison or capability-keyed table in the gate or in the functions its resolution went through could "
+        "be spelled for it)")
+
+
+def test_round_trip(tmp_path, reg):
+    """`archaudit patch` on a copy, applied with patch -p0: every gate admits sm_120 and no
+    finding is left; the gates no edit touched are as they were."""
+    if shutil.which("patch") is None:
+        pytest.skip("patch(1) is needed")
+    copy = tmp_path / "patches"
+    shutil.copytree(ROOT, copy)
+    before = scan(copy, [reg.parse("sm_120")])
+    r = CliRunner().invoke(main, ["patch", str(copy), "-t", "sm_120", "-q"])
+    assert r.exit_code == 0, r.output
+    assert r.output.count("+++ ") == 6  # one diff per file, each file once
+    subprocess.run(["patch", "-p0", "--quiet"], input=r.output, text=True, cwd=copy, check=True)
+    again = scan(copy, [reg.parse("sm_120")])
+    assert again.findings == []
+    # gates by what they are (the table entry moves the gate of bmm.py one line down)
+    old = {(g.path, g.kind, g.expr): g for g in before.gates}
+    new = {(g.path, g.kind, g.expr): g for g in again.gates}
+    patched = {(p, ln) for p, ln in EXPECTED}
+    changed = {k for k in old if (k[0], old[k].line) in patched}
+    assert len(changed) == len(EXPECTED)
+    for k in changed:  # the edited expression is no longer found under its old text, or admits sm_120
+        assert k not in new or "sm_120" in new[k].admits, k
+    untouched = [k for k in old if k not in changed]
+    assert untouched and all(k in new and old[k].admits == new[k].admits for k in untouched)
