@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import errno
 import os
+import re
 import stat
 import sys
 import sysconfig
@@ -18,6 +19,7 @@ from pathlib import Path, PurePosixPath
 
 from .model import Diagnostic
 from .parsing.screen import binary_problem, python_text_problem
+from .python.pybytes import more_tokens_than
 
 PY_EXT = (".py", ".pyi")
 CUDA_EXT = (".cu", ".cuh", ".h", ".hpp", ".cpp", ".cc", ".cxx", ".inl", ".hh", ".cuinl")
@@ -27,6 +29,10 @@ MAX_FILE_BYTES = 16 * 1024 * 1024
 # Python parses and converts at ~0.5-1 MB/s here, so .py files have a lower bound of their own
 # (largest real one: 1.2 MB, a generated flashinfer kernel); worst case ~10 s per file.
 MAX_PYTHON_BYTES = 4 * 1024 * 1024
+# Tokens of one .py file: what parsing costs is tokens, not bytes (a 4 MiB list literal is 2.8
+# million of them, and tree-sitter plus the IR took 1.5 GB for it). The most in flashinfer and
+# sglang: 277,000 (a generated 0.96 MB kernel module).
+MAX_PYTHON_TOKENS = 1_000_000
 # A wheel member may not claim to inflate beyond this (zip bombs); the file limit applies too.
 MAX_WHEEL_MEMBER_BYTES = 64 * 1024 * 1024
 # Inflated bytes read from one wheel in total (many small bombs); flashinfer's wheel is ~500 MB.
@@ -75,9 +81,14 @@ class Source:
         would have parsed them."""
         data = self._read_bytes(rel)
         if data is not None and rel.endswith(PY_EXT):
+            if b"\r" in data:
+                data = lone_cr_as_lf(data)
             why = python_text_problem(data)
             if why is not None:
                 self.diag(rel, "unreadable-source", f"skipped: {why}")
+                return None
+            if more_tokens_than(data, MAX_PYTHON_TOKENS):
+                self.diag(rel, "too-large", f"more than {MAX_PYTHON_TOKENS} tokens; skipped")
                 return None
         elif data is not None and rel.endswith(CUDA_EXT):
             why = binary_problem(data)
@@ -174,6 +185,16 @@ class Source:
                     top = sorted(seen)
             dists.append(Distribution(name=name, version=version, top_level=top, dist_info=info))
         return dists
+
+
+_LONE_CR = re.compile(rb"\r(?!\n)")
+
+
+def lone_cr_as_lf(data: bytes) -> bytes:
+    """Python source with each carriage return that ends a line alone (old Mac line ends) made a
+    line feed: Python reads a lone CR as a line end, tree-sitter counts lines by LF. The length,
+    so every offset, stays the same; CRLF stays. (The C scanner does the same: parsing/cpp.scan.)"""
+    return _LONE_CR.sub(b"\n", data)
 
 
 def _safe_member(name: str) -> str | None:

@@ -51,6 +51,7 @@ _SPLICE = r"\\(?:\r?\n)"
 _DIRECTIVE = re.compile(
     rf"^[ \t]*(?:#|%:)(?:[ \t]|{_SPLICE})*((?:\w|{_SPLICE}\w)*)([^\n\\]*(?:\\(?:\r\n|.)[^\n\\]*)*)", re.M | re.S)
 _SPLICES = re.compile(_SPLICE)
+_LONE_CR = re.compile(r"\r(?!\n)")
 _NEWLINES = re.compile(r"[^\n]")
 _BOM = "\xef\xbb\xbf"  # UTF-8 byte-order mark, latin-1 decoded
 IDENT = re.compile(r"[A-Za-z_]\w*")
@@ -97,6 +98,10 @@ def decode(data: bytes | str) -> str:
 
 def scan(data: bytes | str) -> Scan:
     text = decode(data)
+    if "\r" in text:
+        # a carriage return that ends a line alone (old Mac line ends) ends it for the C
+        # preprocessor too; lines are counted by LF here. Same length, so offsets are kept.
+        text = _LONE_CR.sub("\n", text)
     pieces: list[str] = []  # comments and literal contents blanked
     clean: list[str] = []  # comments blanked only (directive text keeps its string literals)
     strings: list[tuple[int, int]] = []

@@ -6,6 +6,7 @@ into nonsense.
 """
 from __future__ import annotations
 
+import codecs
 import re
 
 _BOMS = (
@@ -27,15 +28,39 @@ def python_text_problem(data: bytes) -> str | None:
     nul = data.find(b"\x00")
     if nul >= 0:
         return f"binary data (NUL byte at offset {nul}); Python refuses source with NUL bytes"
+    coding = declared_coding(data)
+    if coding is not None:
+        # Python loads the file in the declared encoding, and refuses an unknown one even for
+        # bytes that are valid UTF-8
+        try:
+            info = codecs.lookup(coding)
+        except LookupError:
+            return f"declares the unknown encoding {coding!r}; Python refuses to load it"
+        if not getattr(info, "_is_text_encoding", True):
+            return f"declares {coding!r}, which is not a text encoding; Python refuses to load it"
+        if info.name != "utf-8":
+            try:
+                data.decode(info.name)
+            except (UnicodeError, ValueError) as e:
+                return f"not valid in its declared encoding {coding!r} ({type(e).__name__})"
+            return None
     try:
         data.decode("utf-8")
     except UnicodeDecodeError as e:
-        head = b"\n".join(data.split(b"\n", 2)[:2])
-        m = _CODING.search(head)
-        if m and m.group(1).lower().replace(b"_", b"-") not in (b"utf-8", b"utf8"):
-            return None
-        return f"not valid UTF-8 at byte {e.start} and no coding declaration"
+        return f"not valid UTF-8 at byte {e.start}" + ("" if coding else " and no coding declaration")
     return None
+
+
+def declared_coding(data: bytes) -> str | None:
+    """The encoding a PEP 263 declaration in the first two lines names, or None."""
+    end = data.find(b"\n")
+    if end >= 0:
+        end = data.find(b"\n", end + 1)
+    head = data[: end if end >= 0 else len(data)]
+    if b"coding" not in head:
+        return None
+    m = _CODING.search(head)
+    return m.group(1).decode("ascii", "replace") if m else None
 
 
 def binary_problem(data: bytes, sample: int = 65536) -> str | None:

@@ -144,6 +144,22 @@ class Index:
                 continue
             self.path_of[name] = p
             self.module_of_path[p] = name
+        # A .py file no import reaches (`my-script.py`, `sp ace.py`, `40_examples/run.py`, a second
+        # `m.py` in another directory that is not a package) still runs as a script: it is
+        # analysed as the module named by its path with dots, which no other file has, so no
+        # import of another module resolves to it.
+        for p in py_files:
+            if self.path_of.get(self.module_of_path.get(p)) == p:
+                continue
+            self.module_of_path.pop(p, None)
+            name = p[: -len("/__init__.py")] if p.endswith("/__init__.py") else p[:-3]
+            name = name.replace("/", ".")
+            if not name or name in self.path_of:
+                self.diagnostics.append(Diagnostic(p, "not-a-module", f"shadowed by {self.path_of.get(name, name)} "
+                                                   f"(both are module {name}); not analysed", severity="note"))
+                continue
+            self.path_of[name] = p
+            self.module_of_path[p] = name
 
     @staticmethod
     def _module_name(path: str, pkg_dirs: set[str]) -> str | None:
@@ -327,19 +343,29 @@ def _blocks(st: N) -> tuple:
 
 
 def flatten_top(body: list[N]):
-    """Top-level statements, looking through if/try/with blocks (conditional definitions)."""
-    for st in body:
+    """Top-level statements, looking through if/try/with blocks (conditional definitions), in
+    source order. Iterative: an `elif` is an `if` in its predecessor's orelse, so a chain of
+    thousands of branches nests that deep."""
+    stack = [iter(body)]
+    while stack:
+        st = next(stack[-1], None)
+        if st is None:
+            stack.pop()
+            continue
         yield st
-        for block in _blocks(st):
-            yield from flatten_top(block)
+        blocks = _blocks(st)
+        if blocks:
+            stack.append(x for block in blocks for x in block)
 
 
 def _statement_lists(body: list[N]):
-    """The statement lists flatten_top walks: the body and its if/try/with blocks."""
-    yield body
-    for st in body:
-        for block in _blocks(st):
-            yield from _statement_lists(block)
+    """The statement lists flatten_top walks: the body and its if/try/with blocks (iteratively,
+    as flatten_top)."""
+    todo = [body]
+    while todo:
+        stmts = todo.pop()
+        yield stmts
+        todo.extend(reversed([block for st in stmts for block in _blocks(st)]))
 
 
 def is_accessor(node: N) -> bool:

@@ -7,6 +7,20 @@ import re
 from bisect import bisect_left
 
 IDENT = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
+# a token as far as counting them goes: a run of word bytes, or any other byte but a blank
+_TOKEN = re.compile(rb"\w+|[^\w\s]")
+
+
+def more_tokens_than(data: bytes, limit: int) -> bool:
+    """Does data hold more than `limit` tokens (word runs and other non-blank bytes, an upper
+    bound of Python's count)? Stops counting at limit + 1, and a file of no more bytes than
+    `limit` is not counted at all."""
+    if len(data) <= limit:
+        return False
+    for n, _ in enumerate(_TOKEN.finditer(data), 1):
+        if n > limit:
+            return True
+    return False
 
 
 # bytes that continue an identifier (IDENT's second class) and digits, as lookup tables
