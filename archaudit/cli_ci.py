@@ -119,10 +119,14 @@ class ScanCI:
             new = mark_new(items, self.baseline)
             shown = new
             known = len(active) - len(new)
-            self.summary.append(f"{len(new)} new finding(s) not in {self.baseline_file} ({known} known)")
-            # the formatter sees only the new judged findings
+            self.summary.append(f"{known} known, {len(new)} new finding(s) (not in {self.baseline_file})")
+            # the formatter sees only the new judged findings, and per target how many were known
+            # (its summary says "N known, M new", not that no gate excludes the target)
             keep = {(id(r.finding.gate), r.finding.target) for r in new}
-            result = replace(result, findings=[f for f in result.findings if (id(f.gate), f.target) in keep])
+            counts = {t.gpu.name: [sum(1 for r in active if r.finding.target == t.gpu.name and not r.new),
+                                   sum(1 for r in new if r.finding.target == t.gpu.name)] for t in result.targets}
+            result = replace(result, findings=[f for f in result.findings if (id(f.gate), f.target) in keep],
+                             stats={**result.stats, "baseline": counts})
         else:
             shown = active
         failing = [r for r in shown if self.fail and r.rule in self.fail]

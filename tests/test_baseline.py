@@ -146,7 +146,10 @@ def test_baseline_round_trip(repo):
     # rescan: nothing new (targets come from the baseline)
     r = _run(["scan", "ciapp", "--baseline", ".archaudit-baseline.json", "-q", "--format", "text"], repo)
     assert r.exit_code == 0, r.stderr
-    assert "0 new finding(s) not in .archaudit-baseline.json (1 known)" in r.stderr
+    assert "1 known, 0 new finding(s) (not in .archaudit-baseline.json)" in r.stderr
+    assert r.stdout.endswith("sm_120: 1 known, 0 new\n")
+    r = _run(["scan", "ciapp", "--baseline", ".archaudit-baseline.json", "-q", "--format", "table"], repo)
+    assert r.exit_code == 0 and "sm_120: 1 known, 0 new" in r.stdout
 
     # add a gate: exit 1, naming only the new one
     layers = repo / "ciapp" / "layers.py"
@@ -155,7 +158,8 @@ def test_baseline_round_trip(repo):
     assert r.exit_code == 1
     lines = [x for x in r.stderr.splitlines() if x.startswith("  ")]
     assert lines == ["  layers.py:26: unresolved on sm_120: is_sm90_supported() (layers.hopper_only)"]
-    assert "1 new finding(s) not in .archaudit-baseline.json (1 known)" in r.stderr
+    assert "1 known, 1 new finding(s) (not in .archaudit-baseline.json)" in r.stderr
+    assert r.stdout.endswith("sm_120: 1 known, 1 new (1 unresolved)\n")
 
     # the SARIF of that run holds only the new result, marked new
     r = _run(["scan", "ciapp", "--baseline", ".archaudit-baseline.json", "-q", "--format", "sarif"], repo)

@@ -40,6 +40,9 @@ def render_table(result, reg: Registry, console: Console) -> None:
     console.print(table)
     if result.findings:
         render_findings(result, console)
+    elif result.stats.get("baseline") is not None:
+        # nothing new: how many were known (target names and counts only)
+        console.print(verdict_summary(result), markup=False, emoji=False)
     console.print(summary_line(result))
     if result.diagnostics:
         console.print(f"{len(result.diagnostics)} diagnostics (files that could not be read fully); --format json lists them")
@@ -72,10 +75,18 @@ def render_findings(result, console: Console) -> None:
 
 
 def verdict_summary(result) -> str:
+    """Per target, the findings by verdict; against a baseline (the findings are then the new ones
+    only), how many were known and how many are new."""
     parts = []
+    base = result.stats.get("baseline")
     for t in result.targets:
         c = Counter(f.verdict for f in result.findings if f.target == t.gpu.name)
-        parts.append(f"{t.gpu.name}: " + (", ".join(f"{n} {v}" for v, n in sorted(c.items())) or "no gate excludes it"))
+        verdicts = ", ".join(f"{n} {v}" for v, n in sorted(c.items()))
+        if base is not None:
+            known, new = base.get(t.gpu.name, (0, 0))
+            parts.append(f"{t.gpu.name}: {known} known, {new} new" + (f" ({verdicts})" if verdicts else ""))
+        else:
+            parts.append(f"{t.gpu.name}: " + (verdicts or "no gate excludes it"))
     return "; ".join(parts)
 
 
