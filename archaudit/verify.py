@@ -127,6 +127,8 @@ _HEAD = re.compile(r"^[ \t]*(?:\.(?:visible|weak|extern)[ \t]+)*\.(entry|func)\b
 _NAME = re.compile(r"[\w$.]+")
 _STRING = re.compile(r"\.b8[ \t]+([\w$]+)\[\d+\][ \t]*=[ \t]*\{([\d,\s]+)\}")
 _SYMBOL = re.compile(r"\$?[A-Za-z_$][\w$]*")
+# `call.uni (retval0), vprintf, (param0, param1);`, spread over lines as nvcc writes it
+_CALLEE = re.compile(r"\bcall(?:\.uni)?\s+(?:\([^)]*\)\s*,\s*)?([A-Za-z_$][\w$]*)")
 # the messages CuTe/CUTLASS print (CUTE_INVALID_CONTROL_PATH, then a breakpoint) in place of an
 # instruction the compile target lacks: "Attempting to use SM100_MMA_... without
 # CUTE_ARCH_MMA_SM100A_ENABLED", "Arch conditional MMA instruction used without targeting sm90a"
@@ -240,8 +242,7 @@ def parse_ptx(ptx: str) -> list[Entry]:
         for sym in _SYMBOL.findall(body):
             if sym in aborts and name not in direct:
                 direct[name] = aborts[sym]
-        calls[name] = {w for ln in body.splitlines() if ln.lstrip().startswith("call")
-                       for w in _SYMBOL.findall(ln) if w in names}
+        calls[name] = {c for c in _CALLEE.findall(body) if c in names}
 
     def abort_of(name: str, seen: set[str]) -> str:
         if name in direct:
@@ -383,20 +384,21 @@ def select(result, gpu_name: str, modules: tuple[str, ...] = (), gates: tuple[st
         path, _, line = spec.rpartition(":")
         found = [f for f in result.findings
                  if f.target == gpu_name and f.gate.path == path and str(f.gate.line) == line]
-        hits = 0
+        matched = 0
         for f in found:
             for mv in f.modules:
                 for i, r in enumerate(records):
-                    if r.name != mv.name or sorted(r.sources) != sorted(mv.sources) or i in chosen:
+                    if r.name != mv.name or sorted(r.sources) != sorted(mv.sources):
                         continue
-                    claim, why = claim_of(r, gpu_name)
-                    if claim is None:
-                        claim, why = _module_claim(mv)
-                    chosen[i] = Candidate(r, claim, why, via=f"--gate {spec}")
-                    hits += 1
+                    matched += 1
+                    if i not in chosen:
+                        claim, why = claim_of(r, gpu_name)
+                        if claim is None:
+                            claim, why = _module_claim(mv)
+                        chosen[i] = Candidate(r, claim, why, via=f"--gate {spec}")
         if not found:
             unmatched.append(f"--gate {spec}: no finding for {gpu_name} at that line")
-        elif not hits and not any(c.via == f"--gate {spec}" for c in chosen.values()):
+        elif not matched:
             names = sorted({mv.name for f in found for mv in f.modules})
             unmatched.append(f"--gate {spec}: no JIT module of the scan builds what it guards"
                              + (f" ({', '.join(names)})" if names else ""))
