@@ -103,7 +103,9 @@ def run() -> None:
     except Exception as e:  # noqa: BLE001
         if os.environ.get("ARCHAUDIT_DEBUG"):
             raise
-        click.echo(f"archaudit: internal error: {type(e).__name__}: {e} (set ARCHAUDIT_DEBUG=1 for details)", err=True)
+        from .report.shown import shown
+
+        click.echo(shown(f"archaudit: internal error: {type(e).__name__}: {e} (set ARCHAUDIT_DEBUG=1 for details)"), err=True)
         raise SystemExit(2)
 
 

@@ -7,6 +7,8 @@ import sys
 
 import click
 
+from .report.shown import shown
+
 # What a directory walk picks up: device code lives in these files
 _BINARY_SUFFIXES = (".so", ".cubin", ".fatbin", ".o", ".a")
 _MAX_WALK_FILES = 100_000
@@ -82,24 +84,27 @@ def register(main: click.Group) -> None:
                 out.append(d)
             click.echo(json.dumps(out, indent=2))
         else:
+            def echo(line: str) -> None:  # names and notes read from the files: report/shown.py
+                click.echo(shown(line))
+
             for path, info, verdicts in results:
                 head = f"{path}: {info.format}"
                 if info.format in ("fatbin", "host-elf"):
                     head += f", {info.containers} fatbin container(s)"
-                click.echo(head)
+                echo(head)
                 sass = [_describe(a) for a in info.archs if a.kind == "sass"]
                 ptx = [_describe(a) for a in info.archs if a.kind == "ptx"]
                 if not info.archs and info.format != "unknown":
-                    click.echo("  no device code")
+                    echo("  no device code")
                 if sass:
-                    click.echo("  SASS: " + " ".join(dict.fromkeys(sass)))
+                    echo("  SASS: " + " ".join(dict.fromkeys(sass)))
                 if ptx:
-                    click.echo("  PTX:  " + " ".join(dict.fromkeys(ptx)))
+                    echo("  PTX:  " + " ".join(dict.fromkeys(ptx)))
                 for d in info.diagnostics:
-                    click.echo(f"  note: {d}")
+                    echo(f"  note: {d}")
                 for g, (v, via) in verdicts.items():
                     text = {"sass": f"runs (SASS {via})", "ptx-jit": f"runs through the driver's PTX JIT ({via})",
                             "no": "does not run (no SASS or PTX usable on it)",
                             "host-only": "no device code, nothing GPU-specific"}[v]
-                    click.echo(f"  {g}: {text}")
+                    echo(f"  {g}: {text}")
         sys.exit(status)

@@ -12,6 +12,9 @@ from pathlib import Path
 
 import click
 
+from .cli_common import check_output
+from .report.shown import shown
+
 DEFAULT_BASELINE = ".archaudit-baseline.json"
 GITHUB_GZIP_LIMIT = 10 * 1024 * 1024
 
@@ -82,6 +85,7 @@ class ScanCI:
         if output is not None and fmt != "sarif" and os.path.isdir(output):
             raise click.BadParameter(f"{output}: is a directory (only --format sarif writes one file per target)",
                                      param_hint="--output")
+        check_output(output, directory_ok=fmt == "sarif")
         if baseline_file is not None:
             try:
                 self.baseline = load_baseline(baseline_file)
@@ -152,7 +156,7 @@ class ScanCI:
 
     def finish(self):
         for line in self.summary:
-            click.echo(f"archaudit: {line}" if not line.startswith("  ") else line, err=True)
+            click.echo(shown(f"archaudit: {line}" if not line.startswith("  ") else line), err=True)
         if self.code:
             raise SystemExit(self.code)
 
@@ -228,6 +232,7 @@ def register(main) -> None:
         from .cli import parse_targets
 
         reqs = parse_targets(targets)
+        check_output(output)
         result = _scan(path, reqs, quiet)
         items = _items(result)
         text = dump_baseline(items, [t.gpu.name for t in reqs])
@@ -256,6 +261,7 @@ def register(main) -> None:
         from .targets import registry
 
         reqs = parse_targets(targets)
+        check_output(output)
         for p in (old, new):
             if not os.path.exists(p):
                 raise click.UsageError(f"{p}: no such file or directory")

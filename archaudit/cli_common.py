@@ -24,6 +24,25 @@ def scan_with_progress(path, reqs, reg, quiet: bool, **scan_options):
         raise click.UsageError(str(e)) from None
 
 
+def check_output(output: str | None, directory_ok: bool = False) -> None:
+    """A usage error (exit 2) before the scan when the report could not be written to `output`:
+    its directory is missing or not writable, or it is a directory (allowed with directory_ok,
+    SARIF's one file per target, which creates the directory)."""
+    import os
+
+    if output is None:
+        return
+    if directory_ok and (output.endswith(("/", os.sep)) or os.path.isdir(output)):
+        return
+    if os.path.isdir(output):
+        raise click.BadParameter(f"{output}: is a directory", param_hint="--output")
+    parent = os.path.dirname(output) or "."
+    if not os.path.isdir(parent):
+        raise click.BadParameter(f"{output}: directory {parent} does not exist", param_hint="--output")
+    if not os.access(parent, os.W_OK | os.X_OK) or (os.path.exists(output) and not os.access(output, os.W_OK)):
+        raise click.BadParameter(f"{output}: not writable", param_hint="--output")
+
+
 def write_output(text: str, output: str | None) -> None:
     if output:
         with open(output, "w", encoding="utf-8") as fh:

@@ -7,6 +7,8 @@ import sys
 
 import click
 
+from .report.shown import shown
+
 
 def _scan_root_for(path: str) -> tuple[str, str]:
     """(scan root, file relative to it): the directory above the outermost Python package that
@@ -37,8 +39,10 @@ def _analyse(file: str, target_text: str, includes: tuple[str, ...], defines: tu
         hint = f"; closest: {', '.join(e.suggestions)}" if e.suggestions else ""
         raise click.UsageError(f"unknown target {target_text!r}{hint}") from None
     target = reg.compile_target(req)
-    if not os.path.isfile(file):
+    if not os.path.exists(file):
         raise click.UsageError(f"no such file: {file}")
+    if not os.path.isfile(file):  # never opened: a FIFO would block, a device never end
+        raise click.UsageError(f"not a regular file (a directory, FIFO, socket or device): {file}")
     path = os.path.abspath(file)
     root, rel = _scan_root_for(path)
     reader = FsReader(root)
@@ -133,7 +137,7 @@ def _text_report(req, target, res, defs) -> str:
         "unknown": f"unknown: {res.reason}",
     }[res.prediction]
     lines.append(verdict)
-    return "\n".join(lines)
+    return "\n".join(map(shown, lines))  # names and text from the scanned tree: report/shown.py
 
 
 def register(main: click.Group) -> None:
@@ -157,7 +161,7 @@ def register(main: click.Group) -> None:
         except click.UsageError:
             raise
         except Exception as e:  # never a traceback for the user
-            click.echo(f"archaudit: error: {type(e).__name__}: {e}", err=True)
+            click.echo(shown(f"archaudit: error: {type(e).__name__}: {e}"), err=True)
             sys.exit(2)
         if fmt == "json":
             d = res.to_json()

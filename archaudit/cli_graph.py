@@ -6,7 +6,7 @@ import re
 
 import click
 
-from .cli_common import write_output
+from .cli_common import check_output, write_output
 
 _SITE = re.compile(r"^(?P<file>.+):(?P<line>\d+)$")
 
@@ -60,6 +60,7 @@ def explain_cmd(path, site, targets, fmt, output):
     from .callgraph.render import explain_text
     from .pipeline import run_with_big_stack
 
+    check_output(output)
     a = _open(path)
     s = _site(a, site)
     if targets:
@@ -109,6 +110,7 @@ def graph_cmd(path, start, fmt, depth, output):
     from .callgraph.render import to_dot, to_mermaid
     from .pipeline import run_with_big_stack
 
+    check_output(output)
     a = _open(path)
     g, names = run_with_big_stack(lambda: _subgraph(a, start, depth))
     write_output(to_dot(g, names) if fmt == "dot" else to_mermaid(g, names), output)
@@ -168,6 +170,7 @@ def callgraph_cmd(path, fmt, output):
     """The whole call graph: PyCG JSON ({"pkg.mod.func": [callees]}) or archaudit JSON (edges with sites)."""
     from .pipeline import run_with_big_stack
 
+    check_output(output)
     a = _open(path)
     run_with_big_stack(a.graph.build_all)
     if fmt == "pycg":

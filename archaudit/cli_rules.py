@@ -58,8 +58,10 @@ def verify_cmd(rule_ids, target_names, no_macros, no_targets, include_dirs, jobs
     """
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.text import Text
 
     from .cuda.ruleset import RuleError
+    from .report.shown import cell
     from .rules_verify import ToolchainMissing, UnknownName, default_cache_dir, verify
 
     err = Console(stderr=True)
@@ -93,10 +95,10 @@ def verify_cmd(rule_ids, target_names, no_macros, no_targets, include_dirs, jobs
                 progress=tick,
             )
     except ToolchainMissing as e:
-        err.print(f"[red]error:[/] {e}")
+        err.print(Text.assemble(("error:", "red"), " ", cell(e)))
         sys.exit(EXIT_USAGE)
     except (UnknownName, RuleError, OSError) as e:
-        err.print(f"[red]error:[/] {e}")
+        err.print(Text.assemble(("error:", "red"), " ", cell(e)))
         sys.exit(EXIT_USAGE)
 
     if fmt == "json":

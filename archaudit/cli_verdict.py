@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import click
 
-from .cli_common import scan_with_progress, write_output
+from .cli_common import check_output, scan_with_progress, write_output
+from .report.shown import shown
 
 
 @click.command("patch")
@@ -24,6 +25,7 @@ def patch_cmd(path, target, include_partial, output, quiet):
 
     reg = registry()
     (req,) = parse_targets((target,))
+    check_output(output)
     result = scan_with_progress(path, [req], reg, quiet)
     wanted = ("software-only", "partial") if include_partial else ("software-only",)
     gates, skipped = [], []
@@ -42,7 +44,7 @@ def patch_cmd(path, target, include_partial, output, quiet):
     if not quiet:
         for g, p in done:
             mark = "patched" if p.new_text is not None else "NOT patched"
-            click.echo(f"{mark}: {g.path}:{g.line}: {p.description}", err=True)
+            click.echo(shown(f"{mark}: {g.path}:{g.line}: {p.description}"), err=True)
         by = {}
         for f in skipped:
             by[f.verdict] = by.get(f.verdict, 0) + 1

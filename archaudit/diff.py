@@ -11,6 +11,7 @@ from urllib.parse import quote
 from . import __version__
 from .baseline import expr_skeleton, gate_keys, reportable
 from .model import Gate
+from .report.shown import shown
 
 ADMITTED = "admitted"  # verdict-like status of a gate that admits the target
 ADDED, REMOVED, CHANGED = "added", "removed", "changed"
@@ -156,7 +157,7 @@ def render_text(d: ScanDiff, reg) -> str:
     lines.append(f"{d.count(ADDED)} added, {d.count(REMOVED)} removed, {d.count(CHANGED)} changed"
                  + (f"; {d.moved} moved only" if d.moved else "")
                  + (f" (targets: {', '.join(d.targets)})" if d.targets else ""))
-    return "\n".join(lines) + "\n"
+    return "\n".join(map(shown, lines)) + "\n"  # names from the scanned trees: report/shown.py
 
 
 def _gate_json(g: Gate | None, reg) -> dict | None:

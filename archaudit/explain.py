@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .model import Finding, Gate
+from .report.shown import shown
 from .sources import Source
 from .targets import Registry, TargetRequest
 
@@ -135,4 +136,4 @@ def render_text(expls: list[GateExplanation], reg: Registry) -> str:
             if f.patch:
                 lines.append("    patch:")
                 lines += ["      " + x for x in f.patch.rstrip("\n").split("\n")]
-    return "\n".join(lines) + "\n"
+    return "\n".join(map(shown, lines)) + "\n"  # names from the scanned tree: report/shown.py

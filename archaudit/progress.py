@@ -16,7 +16,10 @@ def scan_progress(console, enabled: bool, delay: float = 1.0):
     if not enabled:
         yield lambda msg, done=None, total=None: None
         return
+    from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from .report.shown import shown
 
     bar = Progress(
         TextColumn("{task.description}"),
@@ -37,7 +40,8 @@ def scan_progress(console, enabled: bool, delay: float = 1.0):
                 return
             bar.start()
             started = True
-        bar.update(task, description=msg, completed=done or 0, total=total)
+        # messages name files and modules of the scan: never markup, no control characters
+        bar.update(task, description=escape(shown(msg)), completed=done or 0, total=total)
 
     try:
         yield update

@@ -6,6 +6,7 @@ import re
 
 import networkx as nx
 
+from ..report.shown import shown
 from . import Explanation
 
 
@@ -49,7 +50,7 @@ def to_mermaid(g: nx.DiGraph, names: dict | None = None) -> str:
     out = ["flowchart LR"]
     for n in sorted(g.nodes):
         kind = g.nodes[n].get("kind", "")
-        lab = _MERMAID_BAD.sub(" ", _label(g, n, names)).strip()
+        lab = _MERMAID_BAD.sub(" ", shown(_label(g, n, names))).strip()
         if kind == "jit":
             out.append(f'  {ids[n]}[["{lab}"]]')
         elif kind == "gate":
@@ -59,7 +60,7 @@ def to_mermaid(g: nx.DiGraph, names: dict | None = None) -> str:
         else:
             out.append(f'  {ids[n]}["{lab}"]')
     for u, v, d in sorted(g.edges(data=True), key=lambda e: (e[0], e[1])):
-        how = _MERMAID_BAD.sub(" ", d.get("how", "")).strip()
+        how = _MERMAID_BAD.sub(" ", shown(d.get("how", ""))).strip()
         out.append(f"  {ids[u]} -->|{how}| {ids[v]}" if how else f"  {ids[u]} --> {ids[v]}")
     return "\n".join(out) + "\n"
 
@@ -95,4 +96,4 @@ def explain_text(e: Explanation) -> str:
             out.append(f"    {sf.status:10} {sf.path or sf.text}{extra}")
         for kind, why in m.unresolved:
             out.append(f"  unresolved {kind}: {why}")
-    return "\n".join(out) + "\n"
+    return "\n".join(map(shown, out)) + "\n"  # names from the scanned tree: report/shown.py

@@ -4,10 +4,11 @@ from __future__ import annotations
 from collections import Counter
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from ..targets import Registry
+from .shown import cell, shown
 
 
 def _admits(reg: Registry, admits) -> str:
@@ -20,9 +21,10 @@ def _admits(reg: Registry, admits) -> str:
 
 
 def render_table(result, reg: Registry, console: Console) -> None:
-    # paths, expressions and package metadata come from scanned files: never rich markup
+    # paths, expressions and package metadata come from scanned files: every cell is a Text of
+    # shown() (no markup, no emoji, control characters escaped)
     pk = ", ".join(f"{d.name} {d.version}" for d in sorted(result.packages, key=lambda d: d.name.lower()))
-    console.print(f"[bold]archaudit[/bold] {escape(str(result.root))}" + (f"  ({escape(pk)})" if pk else ""))
+    console.print(Text.assemble(("archaudit", "bold"), " ", cell(result.root), cell(f"  ({pk})" if pk else "")))
     table = Table(show_lines=False, header_style="bold")
     table.add_column("location", overflow="fold")
     table.add_column("kind")
@@ -32,10 +34,10 @@ def render_table(result, reg: Registry, console: Console) -> None:
         table.add_column(t.gpu.name)
     table.add_column("resolution", overflow="fold", max_width=40)
     for g in result.gates:
-        row = [escape(f"{g.path}:{g.line}"), g.kind, escape(g.expr), _admits(reg, g.admits)]
+        row = [cell(f"{g.path}:{g.line}"), cell(g.kind), cell(g.expr), cell(_admits(reg, g.admits))]
         for t in result.targets:
-            row.append("[green]yes[/green]" if t.gpu.name in g.admits else "[red]no[/red]")
-        row.append(escape(g.resolution.split(":", 1)[0]) if g.resolved else f"[yellow]{escape(g.resolution)}[/yellow]")
+            row.append(cell("yes", "green") if t.gpu.name in g.admits else cell("no", "red"))
+        row.append(cell(g.resolution.split(":", 1)[0]) if g.resolved else cell(g.resolution, "yellow"))
         table.add_row(*row)
     console.print(table)
     if result.findings:
@@ -43,7 +45,7 @@ def render_table(result, reg: Registry, console: Console) -> None:
     elif result.stats.get("baseline") is not None:
         # nothing new: how many were known (target names and counts only)
         console.print(verdict_summary(result), markup=False, emoji=False)
-    console.print(summary_line(result))
+    console.print(cell(summary_line(result)))
     if result.diagnostics:
         console.print(f"{len(result.diagnostics)} diagnostics (files that could not be read fully); --format json lists them")
 
@@ -68,10 +70,10 @@ def render_findings(result, console: Console) -> None:
         table.add_column(col, overflow="fold", max_width=None if col != "evidence / reason" else 70)
     for f in sorted(result.findings, key=lambda f: (f.target, order.get(f.verdict, 9), f.feature, f.gate.path, f.gate.line)):
         style = VERDICT_STYLE.get(f.verdict, "")
-        table.add_row(f.target, f"[{style}]{f.verdict}[/{style}]", f"{f.gate.path}:{f.gate.line}",
-                      f.feature or "-", _evidence_line(f))
+        table.add_row(cell(f.target), cell(f.verdict, style), cell(f"{f.gate.path}:{f.gate.line}"),
+                      cell(f.feature or "-"), cell(_evidence_line(f)))
     console.print(table)
-    console.print(verdict_summary(result))
+    console.print(cell(verdict_summary(result)))
 
 
 def verdict_summary(result) -> str:
@@ -97,6 +99,8 @@ def summary_line(result) -> str:
 
 
 def render_text(result, reg: Registry) -> str:
+    """One line per gate, finding, evidence and diagnostic; each line is shown() (see
+    report/shown.py), so nothing read from a scanned file can start a line of its own."""
     lines = []
     for g in result.gates:
         extra = ""
@@ -116,4 +120,4 @@ def render_text(result, reg: Registry) -> str:
     lines.append(summary_line(result))
     if result.targets:
         lines.append(verdict_summary(result))
-    return "\n".join(lines) + "\n"
+    return "\n".join(map(shown, lines)) + "\n"
