@@ -104,7 +104,8 @@ def test_comprehension_and_arch_flags_with_holes(fx):
     # an architecture flag with holes selects targets, it cannot define a macro: a note, not a block;
     # the targets are not known, so no hard-coded list is claimed
     assert m.hard_coded_archs is None
-    assert m.unresolved == [("flags-arch", "-gencode=arch=compute_{major}{minor},code=sm_{major}{minor}: unpack: major")]
+    assert m.unresolved == [("flags-arch", "-gencode=arch=compute_{major}{minor},code=sm_{major}{minor}: loop-variable: "
+                                           "over {targets} (parameter targets of jitpkg.jit.flagged.gen_comp_module)")]
 
 
 def test_flag_parsing_units():

@@ -12,7 +12,8 @@ import re
 from dataclasses import dataclass
 
 from ..parsing.python_ir import N
-from .consteval import Alt, ConstEval, FuncV, ModV, PathV, Unknown, _assign as assign, _dotted, flatten_values
+from .consteval import (Alt, ConstEval, FuncV, ModV, PathV, Some, Unknown, _assign as assign, _dotted, flatten_values,
+                        stmts_with_loops)
 from .resolve import Ctx, Resolver, iter_stmts
 
 MAX_DEPTH = 24
@@ -48,7 +49,7 @@ class FlagEval:
     # ------------------------------------------------------------------ list of flags
     def flags(self, ctx: Ctx, n: N) -> list[Flag]:
         out = self._walk(ctx, n, (), 0, set())
-        return _dedup(out)[:MAX_FLAGS]
+        return _conflicts(_dedup(out))[:MAX_FLAGS]
 
     def _walk(self, ctx: Ctx, n: N | None, cond: tuple, depth: int, seen: set) -> list[Flag]:
         if n is None:
@@ -102,9 +103,10 @@ class FlagEval:
         return self._from_value(ctx, n, v, cond)
 
     def _comp(self, ctx: Ctx, n: N, cond: tuple, depth: int, seen: set) -> list[Flag] | None:
-        """`[f(x) for x in flags if ...]`: the body for each flag of the iterable (walked as flags)."""
+        """`[f(x) for x in flags if ...]`: the constant evaluator's items when it can iterate; else
+        the body for each flag of the iterable (walked as flags, with their conditions)."""
         v = self.ce.eval(ctx, n)
-        if isinstance(v, (list, tuple)) and not any(isinstance(x, (Unknown, Alt)) for x in flatten_values(v)):
+        if not isinstance(v, Unknown):
             return self._from_value(ctx, n, v, cond)
         fors = [g for g in n.f["gens"] if g[0] == "for"]
         tests = [g[1] for g in n.f["gens"] if g[0] == "if"]
@@ -121,7 +123,7 @@ class FlagEval:
                 out.append(item)  # the items themselves (arch-list flags kept as they are)
                 continue
             else:
-                assign(target, Unknown("loop-variable", f"over {item.text}"), env)
+                assign(target, Unknown("loop-variable", f"over {item.text}" + (f" ({item.reason})" if item.reason else "")), env)
             extra = tuple(dict.fromkeys(c for c in item.condition.split(" and ") if c)) if item.condition else ()
             keep = True
             for t in tests:
@@ -169,6 +171,9 @@ class FlagEval:
             return [Flag(v, "flag", _cond(cond), ctx.mod.path, n.line)]
         if isinstance(v, PathV):
             return [Flag(v.path, "flag", _cond(cond), ctx.mod.path, n.line)]
+        if isinstance(v, Some):
+            why = f"some of the items of {_text(ctx, n)}"
+            return [f for x in v.items for f in self._from_value(ctx, n, x, cond + (why,))]
         if isinstance(v, (list, tuple)):
             out = []
             for x in flatten_values(v):
@@ -241,30 +246,50 @@ class FlagEval:
                 actx, arg, why = self.bound[(c.qualname, name)]
                 out += self._walk(actx, arg, cond + why, depth + 1, seen) if arg is not None else []
             elif kind == "param":
-                out.append(Flag("{" + name + "}", "unknown", _cond(cond), c.mod.path, n.line,
-                                f"parameter {name} of {c.qualname}"))
+                v = self.ce.param(c, bd)
+                if isinstance(v, Unknown):
+                    out.append(Flag("{" + name + "}", "unknown", _cond(cond), c.mod.path, n.line,
+                                    f"parameter {name} of {c.qualname}"))
+                else:  # the values of its Literal[...] annotation
+                    out += self._from_value(c, n, v, cond)
             elif kind in ("def", "class", "import", "import-as"):
                 out.append(self._unknown(c, n, cond, f"{name} is not a list of flags"))
+            elif kind in ("unpack", "iter", "with"):
+                v = self.ce._bind(c, name, bd, {}, depth)
+                if isinstance(v, Unknown):
+                    out.append(self._unknown(c, n, cond, f"{name} bound by {kind}: {v}"))
+                else:
+                    out += self._from_value(c, n, v, cond + conds.get(id(bd[-1]), ()))
             else:
                 out.append(self._unknown(c, n, cond, f"{name} bound by {kind}"))
-        # in-place growth in the same scope: flags.append(..) / flags.extend(..) / flags.insert(i, ..)
+        # in-place growth in the same scope: flags.append(..) / flags.extend(..) / flags.insert(i, ..);
+        # inside loops, the argument for each iteration (the loop variables of one iteration together)
         if c.kind == "function":
-            for st, extra in self._mutations(body, name, conds):
+            for st, extra, loops in self._mutations(body, name, conds):
                 e = st.f["value"]
                 arg = e.f["args"][-1]
-                out += self._walk(c, arg, cond + extra, depth + 1, seen)
+                if not loops:
+                    out += self._walk(c, arg, cond + extra, depth + 1, seen)
+                    continue
+                env0 = {p: self.ce.eval(actx, a) for (q, p), (actx, a, _w) in self.bound.items()
+                        if q == c.qualname and a is not None}
+                for env in self.ce._loop_envs(c, loops, env0):
+                    v = self.ce.eval(c, arg, env)
+                    if e.f["func"].f["attr"] != "extend" and not isinstance(v, (Unknown, Alt, Some)):
+                        v = [v]
+                    out += self._from_value(c, arg, v, cond + extra)
         return out
 
     @staticmethod
     def _mutations(body: list, name: str, conds: dict):
-        for st in _all_stmts(body):
+        for st, loops in stmts_with_loops(body):
             if st.k != "expr" or st.f["value"].k != "call":
                 continue
             e = st.f["value"]
             f = e.f["func"]
             if (f.k == "attr" and f.f["attr"] in ("append", "extend", "insert") and f.f["value"].k == "name"
                     and f.f["value"].f["id"] == name and e.f["args"]):
-                yield st, conds.get(id(st), ())
+                yield st, conds.get(id(st), ()), loops
 
     def _conditions(self, c: Ctx, body: list) -> dict[int, tuple[str, ...]]:
         """id(statement or assigned value) -> the tests it sits under (if/elif/else, loops, except)."""
@@ -419,22 +444,33 @@ def _exprs(n: N):
             stack.extend(v)
 
 
-def _all_stmts(body: list):
-    for st in body:
-        yield st
-        if st.k in ("def", "class"):
-            continue
-        for key in ("body", "orelse", "final"):
-            sub = st.f.get(key)
-            if isinstance(sub, list):
-                yield from _all_stmts(sub)
-        if st.k == "try":
-            for h in st.f["handlers"]:
-                yield from _all_stmts(h)
-
-
 def _cond(cond: tuple) -> str:
     return " and ".join(dict.fromkeys(cond))
+
+
+def _conflicts(xs: list[Flag]) -> list[Flag]:
+    """A macro defined with different values where one of them is conditional (one of several
+    records, an `if`): its value is not known, so those flags become one unknown-valued define."""
+    vals: dict[str, list[Flag]] = {}
+    for f in xs:
+        m = _DEFINE.match(f.text.strip()) if f.kind == "flag" else None
+        if m:
+            vals.setdefault(m.group("name"), []).append(f)
+    out, done = [], set()
+    for f in xs:
+        m = _DEFINE.match(f.text.strip()) if f.kind == "flag" else None
+        same = vals.get(m.group("name"), []) if m else []
+        values = {_DEFINE.match(g.text.strip()).group("val") or "1" for g in same}
+        if len(values) < 2 or not any(g.condition for g in same):
+            out.append(f)
+            continue
+        name = m.group("name")
+        if name not in done:
+            done.add(name)
+            conds = " or ".join(dict.fromkeys(g.condition or "always" for g in same))
+            out.append(Flag(f"-D{name}={{{'|'.join(sorted(values))}}}", "unknown", conds, f.path, f.line,
+                            f"one of several values: {', '.join(g.text for g in same)}"))
+    return out
 
 
 def _dedup(xs: list[Flag]) -> list[Flag]:
