@@ -71,8 +71,12 @@ def verify_cmd(path, target, modules, gates, jobs, timeout, includes, nvcc_flags
     say = None if quiet else (lambda msg: click.echo(shown(msg), err=True))
     if say:
         say(f"archaudit verify: {len(cands)} module(s) for {req.gpu.name} ({ct}), nvcc {tools.version or '?'}")
-    checks = V.verify(path, cands, reg, req.gpu.name, ct, tools, scan_roots_of, includes, nvcc_flags,
-                      jobs or V.default_jobs(), timeout, say)
+    try:
+        checks = V.verify(path, cands, reg, req.gpu.name, ct, tools, scan_roots_of, includes, nvcc_flags,
+                          jobs or V.default_jobs(), timeout, say)
+    except KeyboardInterrupt:  # not click's "Aborted!" and exit 1, which would read as a refutation
+        click.echo("archaudit verify: interrupted; the compiles in flight were ended", err=True)
+        raise SystemExit(130) from None
     summ = V.summary(checks)
     summ["wall_s"] = round(time.monotonic() - t0, 1)
     if fmt == "json":

@@ -77,24 +77,55 @@ def nvcc_version(nvcc: str = "nvcc") -> str:
     return m.group(0) if m else out.strip().splitlines()[-1] if out.strip() else ""
 
 
+class _Running:
+    """The compiles in flight, so that an interrupted verify ends them (each runs in a session of
+    its own, out of reach of the terminal's Ctrl-C) and starts no more."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.procs: set[subprocess.Popen] = set()
+        self.stopping = False
+
+    def stop(self) -> None:
+        with self.lock:
+            self.stopping = True
+            procs = list(self.procs)
+        for p in procs:
+            _kill_group(p)
+
+
+_RUNNING = _Running()
+
+
+def _kill_group(p: subprocess.Popen) -> None:
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 def run_group(argv: list[str], timeout: float, workdir: Path) -> tuple[int | None, str]:
     """Run in its own process group (stdout and stderr together); on timeout end that group, so
-    nvcc's cicc/ptxas children go too. rc None means it timed out."""
-    try:
-        p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
-                             cwd=str(workdir), start_new_session=True)
-    except OSError as e:
-        return 127, f"error: cannot run {argv[0]}: {e}"
+    nvcc's cicc/ptxas children go too. rc None means it timed out (or verify is stopping)."""
+    with _RUNNING.lock:
+        if _RUNNING.stopping:
+            return None, ""
+        try:
+            p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
+                                 cwd=str(workdir), start_new_session=True)
+        except OSError as e:
+            return 127, f"error: cannot run {argv[0]}: {e}"
+        _RUNNING.procs.add(p)
     try:
         out, _ = p.communicate(timeout=max(0.1, timeout))
         return p.returncode, out or ""
     except subprocess.TimeoutExpired:
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        _kill_group(p)
         p.communicate()
         return None, ""
+    finally:
+        with _RUNNING.lock:
+            _RUNNING.procs.discard(p)
 
 
 # gcc's preprocessor (nvcc's host and device -E) and EDG (cicc's front end)
@@ -703,8 +734,14 @@ def verify(root: str, candidates: list[Candidate], reg, gpu_name: str, target: s
                      f"{res.outcome}{stage}, {res.wall_s} s{extra}")
 
     if units:
-        with ThreadPoolExecutor(max_workers=max(1, jobs)) as ex:
+        ex = ThreadPoolExecutor(max_workers=max(1, jobs))
+        try:
             list(ex.map(job, list(units)))
+        except BaseException:  # Ctrl-C included: no compile outlives the command
+            _RUNNING.stop()
+            raise
+        finally:
+            ex.shutdown(wait=True, cancel_futures=True)
     for check in checks:
         judge(check)
     return checks
