@@ -442,6 +442,7 @@ def select(result, gpu_name: str, modules: tuple[str, ...] = (), gates: tuple[st
 _ARCH_FLAGS = ("-gencode", "--generate-code", "-arch", "--gpu-architecture", "-code", "--gpu-code")
 _DROP = ("-c", "-o", "-ptx", "--ptx", "-cubin", "--cubin", "-dc", "-dlink", "-shared", "-lib", "-Xlinker", "--linker-options")
 _DROP_PREFIX = ("-l", "-L", "-I", "-isystem", "-D", "-U", "-o")
+_KEEP = ("-lineinfo",)  # an nvcc flag, not a library
 
 
 def module_flags(flags: list[str]) -> list[str]:
@@ -456,7 +457,8 @@ def module_flags(flags: list[str]) -> list[str]:
         if f in _ARCH_FLAGS or f in ("-I", "-isystem", "-o", "-D", "-U", "-l", "-L", "-Xlinker", "--linker-options"):
             skip_next = True
             continue
-        if not f or f in _DROP or f.startswith(tuple(a + "=" for a in _ARCH_FLAGS)) or f.startswith(_DROP_PREFIX):
+        if not f or f in _DROP or f.startswith(tuple(a + "=" for a in _ARCH_FLAGS)) or (
+                f.startswith(_DROP_PREFIX) and f not in _KEEP):
             continue
         out.append(f)
     return out

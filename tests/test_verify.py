@@ -188,8 +188,8 @@ def test_compiler_log_reading():
 def test_module_flags_keep_what_shapes_device_code():
     flags = ["-gencode=arch=compute_90a,code=sm_90a", "-gencode", "arch=compute_100a,code=sm_100a", "-DX=1", "",
              "--expt-relaxed-constexpr", "-arch=sm_90a", "-I/abs", "-isystem", "/x", "-lcuda", "-O3", "-c", "-o", "a.o",
-             "--use_fast_math"]
-    assert V.module_flags(flags) == ["--expt-relaxed-constexpr", "-O3", "--use_fast_math"]
+             "--use_fast_math", "-lineinfo"]
+    assert V.module_flags(flags) == ["--expt-relaxed-constexpr", "-O3", "--use_fast_math", "-lineinfo"]
     assert V.define_flags({"A": "1", "B": ""}) == ["-DA=1", "-DB"]
 
 
