@@ -27,6 +27,10 @@ from .targets import CompileTarget, Gpu, Registry
 # read failures, which the Source reports itself), and an #include of an absolute path (never read)
 PREPROCESSOR_PROBLEMS = frozenset(("unbalanced-conditional", "include-cycle", "expansion-limit", "expression-depth",
                                    "absolute-include"))
+# steps of the call-graph search (CallGraph.work) the gates of one file may take, in the order they
+# are judged; the gates left after that are unresolved with an analysis-budget diagnostic (like
+# the gate evaluation's python.interp.STEP_BUDGET)
+JUDGE_WORK_BUDGET = 1_000_000
 
 
 @dataclass
@@ -394,13 +398,25 @@ def judge_gates(gates: list[Gate], gpus: list[tuple[Gpu, CompileTarget]], behind
             problems.append(internal_error(g.path, phase, e, g.line))
         return f"archaudit's {phase} failed on this gate ({type(e).__name__}); see the internal-error diagnostic"
 
+    work = getattr(behind, "work", None)  # steps of the call-graph search so far, when it counts them
+    spent: dict[str, int] = {}  # per file, like the gate evaluation's per-module step budget
+    stopped_at: dict[str, int] = {}  # files over the budget -> gates not followed
+
     def behind_of(g: Gate) -> Behind:
         b = cache.get((g.path, g.line))
         if b is None:
-            try:
-                b = behind(g)
-            except Exception as e:  # noqa: BLE001 - contained to this gate
-                b = Behind(reason=fail(g, "call-graph search", e))
+            if spent.get(g.path, 0) > JUDGE_WORK_BUDGET:
+                stopped_at[g.path] = stopped_at.get(g.path, 0) + 1
+                b = Behind(reason=f"not followed: the call-graph search from this file's gates stopped at its "
+                                  f"budget of {JUDGE_WORK_BUDGET:,} steps")
+            else:
+                w0 = work() if work is not None else 0
+                try:
+                    b = behind(g)
+                except Exception as e:  # noqa: BLE001 - contained to this gate
+                    b = Behind(reason=fail(g, "call-graph search", e))
+                if work is not None:
+                    spent[g.path] = spent.get(g.path, 0) + work() - w0
             cache[(g.path, g.line)] = b
         return b
 
@@ -444,6 +460,10 @@ def judge_gates(gates: list[Gate], gpus: list[tuple[Gpu, CompileTarget]], behind
             except Exception as e:  # noqa: BLE001 - the verdict stands; the patch is what is missing
                 f.reason += "; " + fail(g, "patch planning", e)
         findings.append(f)
+    if problems is not None:
+        problems.extend(Diagnostic(p, "analysis-budget", f"the call-graph search from this file's gates stopped at its "
+                                   f"budget of {JUDGE_WORK_BUDGET:,} steps; {n} gates not followed (unresolved)")
+                        for p, n in sorted(stopped_at.items()))
     return sorted(findings, key=Finding.sort_key)
 
 
@@ -587,6 +607,7 @@ def behind_from_callgraph(analysis) -> BehindFn:
                 binary={"sink": sink}))
         return Behind(sorted(refs.values(), key=lambda r: r.name), reason=by_value, outside=outside)
 
+    behind.work = lambda: analysis.graph.work  # the steps judge_gates charges to each module
     return behind
 
 

@@ -66,6 +66,9 @@ class CallGraph:
         self._outside = ExternalRoots(index.path_of)
         self.skipped_callers = {}
         self.skip_log: set | None = None  # when a set: callers() adds each skipped name it is asked for
+        # steps taken: statements expanded and definitions searched for call sites (a count, the
+        # same on every run, that the judge's per-module budget reads)
+        self.work = 0
 
     # ------------------------------------------------------------------ nodes
     def _node(self, name: str, kind: str, path: str | None = None, line: int | None = None) -> None:
@@ -97,6 +100,7 @@ class CallGraph:
             stmts = list(flatten_top(ctx.node.f["body"]))
         else:
             stmts = list(flatten_top(ctx.mod.parsed.body))
+        self.work += len(stmts)
         calls: list[Call] = []
         for st in stmts:
             if st.k in ("def", "class"):
@@ -289,6 +293,7 @@ class CallGraph:
                 if mod is None:
                     continue
                 self.expand(m)
+                self.work += len(mod.classes) + len(mod.functions)
                 for q, node in list(mod.classes.items()) + list(mod.all_functions()):
                     i = bisect.bisect_left(hits, node.sb)
                     if i < len(hits) and hits[i] < node.eb:
