@@ -44,6 +44,8 @@ EXPECTED = {
     "reach/macro_namespace.cu": ("fails", (7,)),
     # ... through a macro that expands to such a macro
     "reach/macro_indirect.cu": ("fails", (7,)),
+    # a nested class defined outside its class, named as hopper_nested::Outer::Inner
+    "reach/outofline.cu": ("fails", ()),
     # fence() has no parameters: the call in portable finds portable::fence only
     "reach/calls.cu": ("builds", ()),
     # arrive(Op{}) with Op = hopper::MMA_F32: argument-dependent lookup finds hopper::arrive
@@ -59,6 +61,8 @@ def test_reach_prediction(project, tu):
     got = {(b.feature, b.path, b.line) for b in res.blocking}
     for line in lines:
         assert ("ptx.wgmma", HOPPER, line) in got
+    if tu == "reach/outofline.cu":
+        assert got == {("ptx.wgmma", tu, 9)}
     if pred == "builds":
         assert not res.blocking
     assert project.analyse_tu(tu, ruleset.target_by_name("sm_90a")).prediction == "builds"

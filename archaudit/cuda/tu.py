@@ -449,11 +449,11 @@ def _reach(proj: CudaProject, relpath: str, pr: PreprocResult, facts: dict[str, 
                 o = ff.owners[i]
                 if states[o.region] is False:
                     continue
-                ns = where(path, o)
-                found_by_name = o.kind != "func" or (o.nullary and not o.qual)
-                name_index.setdefault(name, []).append(((path, i), ns if found_by_name else None))
+                # an out-of-line definition (A::f) is in A's scope, not where written
+                ns = where(path, o) if not o.qual and (o.kind != "func" or o.nullary) else None
+                name_index.setdefault(name, []).append(((path, i), ns))
                 if o.qual:  # out-of-line member definition: reached with its class
-                    name_index.setdefault(o.qual.split("::")[-1], []).append(((path, i), ns))
+                    name_index.setdefault(o.qual.split("::")[-1], []).append(((path, i), None))
                 if only_from is not None:
                     if name in only_from and path == relpath:
                         roots.append((path, i))
