@@ -257,14 +257,15 @@ class Patcher:
             tried.append(what)
             if after is not None and self._verified(gate, after, gpu):
                 return Patch(path, unified_diff(path, old_text, new_text), what, new_text)
+        more = f"; and {len(tried) - 4} more" if len(tried) > 4 else ""
         return Patch(gate.path, None, "no candidate edit made the gate admit " + gpu.name + " when re-evaluated: "
-                     + "; ".join(tried))
+                     + "; ".join(tried[:4]) + more)
 
     def _why_none(self, text: str, gate: Gate, gpu: Gpu) -> str:
         """Why no edit was built: what the gate tests and where an edit would have to go."""
         if gate.kind == CPP_RUNTIME_CHECK:
             return ("no architecture operand (a compute-capability major, getSMVersion() or a variable bound to "
-                    "them) compared in this check could be spelled for " + gpu.name + "; widen it by hand")
+                    "them) compared in this check could be spelled for " + gpu.name)
         if gate.kind == ARCH_LIST:
             return "the architecture list is neither a literal nor a module constant in this file"
         if gate.kind in (NVCC_FLAGS, BUILD_FLAGS):
@@ -491,7 +492,9 @@ class Patcher:
         modname = self.index.module_of_path.get(gate.path)
         out = []
         for n in ast.walk(expr):
-            if not (isinstance(n, ast.Call) and isinstance(n.func, ast.Name)) or _PRED_ATOM.search(n.func.id):
+            # not a predicate named for an architecture (`_sm103(d)`): making it true on the target
+            # would change what its name says for every caller
+            if not (isinstance(n, ast.Call) and isinstance(n.func, ast.Name)) or _NAMES_ARCH.search(n.func.id):
                 continue
             v = self.binding(modname, n.func.id) if modname else None
             f = v.single() if v is not None and hasattr(v, "single") else None
@@ -523,8 +526,9 @@ class Patcher:
         src = "(" + text[start:end] + "\n)"
         out = []
         callees = {id(n.func) for n in ast.walk(expr) if isinstance(n, ast.Call)}
-        atoms = [n for n in ast.walk(expr)
-                 if id(n) not in callees and _atom_name(n) and _PRED_ATOM.search(_atom_name(n)[0] or "")]
+        # predicates and flags named for an architecture: `is_sm100_supported()`, `x.is_sm90`, `_sm103(d)`
+        atoms = [n for n in ast.walk(expr) if id(n) not in callees and _atom_name(n)
+                 and (_PRED_ATOM.search(_atom_name(n)[0] or "") or _NAMES_ARCH.search(_atom_name(n)[0] or ""))]
         atoms.sort(key=lambda n: (n.lineno, n.col_offset))
         # extend the last predicate atom with the same predicate spelled for the target
         seen = set()
@@ -565,23 +569,45 @@ class Patcher:
             if isinstance(n, ast.Compare):
                 out += [(path, t, what) for t, what in
                         _compare_edits(text, n, span_of, self.reg, gpu, tree, _parent_of(expr, n))]
-        # an explicit capability test, when the module has torch at hand
-        if with_fallback and re.search(r"^\s*import torch\b", text, re.M) and atoms:
+        # an explicit capability test, when the module has torch at hand: beside a predicate, or
+        # beside a comparison with a capability literal (`minor >= 7`: true or false on the target,
+        # as the re-evaluation shows); never beside a test on a value (`x is None`), which guards
+        # code that uses the value
+        if with_fallback and re.search(r"^\s*import torch\b", text, re.M):
             test = f"torch.cuda.get_device_capability()[0] == {gpu.major}"
-            out.append(self._or_edit(path, text, start, src, expr, atoms[-1], test))
+            if atoms:
+                out.append(self._or_edit(path, text, start, src, expr, atoms[-1], test))
+            for n in ast.walk(expr):
+                if (isinstance(n, ast.Compare) and len(n.ops) == 1
+                        and _capability_of(n.comparators[0], self.reg) is not None):
+                    out.append(self._or_edit(path, text, start, src, expr, n, test))
+                    out.append(self._or_edit(path, text, start, src, expr, n, test.replace("==", "!="), ast.And))
         return [e for e in out if e is not None]
 
-    def _or_edit(self, path, text, start, src, expr, atom, new_atom):
-        """`... atom ...` -> `... atom or new_atom ...`, parenthesised unless atom is already an
-        operand of an `or`."""
+    def _or_edit(self, path, text, start, src, expr, atom, new_atom, op=ast.Or):
+        """`... atom ...` -> `... atom or new_atom ...` (`and` with op=ast.And), parenthesised unless
+        atom is already an operand of that operator."""
         parent = _parent_of(expr, atom)
         lo, hi = _node_span(src, atom)
-        if isinstance(parent, ast.BoolOp) and isinstance(parent.op, ast.Or):
-            repl = f"{src[lo:hi]} or {new_atom}"
-        else:
-            repl = f"({src[lo:hi]} or {new_atom})"
+        word = "or" if op is ast.Or else "and"
         a, b = start + lo - 1, start + hi - 1  # src starts with "("
-        return (path, text[:a] + repl + text[b:], f"extend `{src[lo:hi]}` with `{new_atom}`")
+        if (isinstance(parent, ast.BoolOp) and isinstance(parent.op, op)) or (atom is expr and _whole_test(text, a, b)):
+            repl = f"{src[lo:hi]} {word} {new_atom}"
+        else:
+            repl = f"({src[lo:hi]} {word} {new_atom})"
+        what = "extend" if op is ast.Or else "narrow"
+        return (path, text[:a] + repl + text[b:], f"{what} `{src[lo:hi]}` with `{new_atom}`")
+
+
+_TEST_HEAD = re.compile(r"(?:^|[\s(])(?:if|elif|while|return|assert)\s*$|[=(,]\s*$")
+_TEST_TAIL = re.compile(r"\s*(?:[:),]|$)", re.M)
+
+
+def _whole_test(text: str, a: int, b: int) -> bool:
+    """Whether text[a:b] is a whole `if`/`while`/`return`/`assert` test, assigned value or
+    argument: then `X or Y` needs no parentheses there."""
+    line_start = text.rfind("\n", 0, a) + 1
+    return bool(_TEST_HEAD.search(text[line_start:a])) and bool(_TEST_TAIL.match(text, b))
 
 
 def _parent_of(root: ast.AST, child: ast.AST) -> ast.AST | None:

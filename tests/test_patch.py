@@ -27,6 +27,19 @@ EXPECTED = {
         ("gpukit/bmm.py", '+        (12, 0): "sm103a",'),
         (MODULES, '-        extra_cuda_cflags=_FLAGS[target] + ["--use_fast_math"],'),
         (MODULES, f'+        extra_cuda_cflags=_FLAGS[target] + ["--use_fast_math", {GENCODE}],')],
+    # a major test, then a minor test under it: the minor's gate is patched with the major's
+    ("gpukit/configs.py", 20): [
+        ("gpukit/configs.py", "-    if major == 10:"),
+        ("gpukit/configs.py", "+    if major in (10, 12):")],
+    ("gpukit/configs.py", 21): [
+        ("gpukit/configs.py", "-    if major == 10:"),
+        ("gpukit/configs.py", "-        if minor >= 7:"),
+        ("gpukit/configs.py", "+    if major in (10, 12):"),
+        ("gpukit/configs.py", "+        if minor >= 7 or torch.cuda.get_device_capability()[0] == 12:")],
+    # a predicate named for an architecture is extended where it is used, not redefined
+    ("gpukit/configs.py", 27): [
+        ("gpukit/configs.py", "-    if not (x.is_cuda and _sm103(x.device)):"),
+        ("gpukit/configs.py", "+    if not (x.is_cuda and (_sm103(x.device) or torch.cuda.get_device_capability()[0] == 12)):")],
     # C++ runtime checks: an && condition is wrapped, an || chain extended, a refusal narrowed
     (BINDING, 18): [
         (BINDING, '-  TVM_FFI_ICHECK(major == 10 && (minor == 0 || minor == 3)) << "rms_norm requires SM100 or '
@@ -124,7 +137,7 @@ def test_round_trip(tmp_path, reg):
     before = scan(copy, [reg.parse("sm_120")])
     r = CliRunner().invoke(main, ["patch", str(copy), "-t", "sm_120", "-q"])
     assert r.exit_code == 0, r.output
-    assert r.output.count("+++ ") == 6  # one diff per file, each file once
+    assert r.output.count("+++ ") == 7  # one diff per file, each file once
     subprocess.run(["patch", "-p0", "--quiet"], input=r.output, text=True, cwd=copy, check=True)
     again = scan(copy, [reg.parse("sm_120")])
     assert again.findings == []
