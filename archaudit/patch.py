@@ -406,7 +406,7 @@ class Patcher:
                 continue
             seen.add((path, fn.lineno))
             skip = gate_span if path == gate.path else None
-            where = f" in {qual}" if qual else ""
+            where = f" in {qual} (for every caller of it)" if qual else ""
             for new_text, what in _scope_value_edits(ftext, tree, fn, self.reg, gpu, skip):
                 out.append((path, new_text, what + where))
         return out

@@ -151,3 +151,19 @@ def test_round_trip(tmp_path, reg):
         assert k not in new or "sm_120" in new[k].admits, k
     untouched = [k for k in old if k not in changed]
     assert untouched and all(k in new and old[k].admits == new[k].admits for k in untouched)
+
+
+def test_a_two_operand_check_becomes_the_plain_macro(reg):
+    """`TVM_FFI_ICHECK_EQ(props.major, 10)` has no condition to extend: it is rewritten to the plain
+    macro with the comparison and the target's clause; the check scan then admits sm_12x."""
+    from archaudit.cuda.runtime_checks import find_runtime_checks
+    from archaudit.patch import _cpp_check_edits
+
+    text = ("void f(int device) {\n  cudaDeviceProp props;\n  cudaGetDeviceProperties(&props, device);\n"
+            "  TVM_FFI_ICHECK_EQ(props.major, 10) << \"needs SM10x\";\n}\n")
+    (gate,) = find_runtime_checks("a.cu", text)
+    new_text, what = _cpp_check_edits(text, gate, reg, reg.by_name["sm_120"])[0]
+    assert what == "widen the check with `props.major == 12`"
+    assert new_text.splitlines()[3] == '  TVM_FFI_ICHECK(props.major == 10 || props.major == 12) << "needs SM10x";'
+    (after,) = find_runtime_checks("a.cu", new_text)
+    assert sorted(after.admits) == ["sm_100", "sm_103", "sm_107", "sm_120", "sm_121"]
