@@ -43,7 +43,7 @@ def patch_cmd(path, target, include_partial, output, quiet):
     write_output(diff, output)
     if not quiet:
         for g, p in done:
-            mark = "patched" if p.new_text is not None else "NOT patched"
+            mark = "patched" if p.new_text is not None else "covered" if p.covered else "NOT patched"
             click.echo(shown(f"{mark}: {g.path}:{g.line}: {p.description}"), err=True)
         by = {}
         for f in skipped:

@@ -523,9 +523,9 @@ def _patch_plan(f: Finding, g: Gate, gpu: Gpu, b: Behind, by_place, patcher, fir
     notes, manual = [], []
     for pg in plan:
         p = by_gate[(pg.path, pg.line, pg.col)]
-        if not p.diff:
+        if not p.diff and not p.covered:
             manual.append(f"{pg.path}:{pg.line}")
-        why = p.description if p.diff else f"no patch, edit by hand ({p.description})"
+        why = p.description if p.diff or p.covered else f"no patch, edit by hand ({p.description})"
         notes.append(f"{pg.path}:{pg.line}: {why}")
     f.patch = diff or None
     head = ("patch plan" if not manual else

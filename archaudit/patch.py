@@ -49,6 +49,7 @@ class Patch:
     diff: str | None  # unified diff, paths relative to the scan root (apply with patch -p0)
     description: str  # what the edit does, or why there is none
     new_text: str | None = None  # the whole patched file
+    covered: bool = False  # no edit needed: the edits made before it (a combined patch) let the target through
 
 
 class OverlaySource(Source):
@@ -243,6 +244,8 @@ class Patcher:
             edits = self._cpp_edits(text, gate, gpu)
         else:
             edits = []
+        if self._covered(gate, gpu):
+            return Patch(gate.path, None, f"admits {gpu.name} with the edits before it", covered=True)
         if not edits:
             return Patch(gate.path, None, self._why_none(text, gate, gpu))
         tried = []
@@ -260,6 +263,20 @@ class Patcher:
         more = f"; and {len(tried) - 4} more" if len(tried) > 4 else ""
         return Patch(gate.path, None, "no candidate edit made the gate admit " + gpu.name + " when re-evaluated: "
                      + "; ".join(tried[:4]) + more)
+
+    def _covered(self, gate: Gate, gpu: Gpu) -> bool:
+        """Whether edits made before this gate's (the overlay's files: an earlier gate of a combined
+        patch edited the gate's file, or a function its resolution went through) already make it
+        admit the target."""
+        replaced = getattr(self.source, "replaced", None)
+        if not replaced:
+            return False
+        mods = {self.index.module_of_path.get(p) for p in replaced} - {None}
+        if gate.path not in replaced and not any(v.startswith(f"inferred {m}.") for v in gate.via for m in mods):
+            return False
+        text = (self.source.read(gate.path) or b"").decode("utf-8", "surrogateescape")
+        after = self._reevaluate(self.source, gate, text, text)
+        return after is not None and self._verified(gate, after, gpu)
 
     def _why_none(self, text: str, gate: Gate, gpu: Gpu) -> str:
         """Why no edit was built: what the gate tests and where an edit would have to go."""
