@@ -2,10 +2,12 @@
 
     python bench/calibration.py SCAN.json [LABELS.json]
 
-A label names a gate site (file, line): the `get_nvcc_flags_list(` call of a
-`supported_major_versions` gate, or the generator's `def` of a hard-coded `-gencode` gate. It is
-matched to the scan's finding at that site, else to the JIT-module records whose generator is
-there (the strongest verdict among them, as a gate over several modules is judged). Prints each
+A label names a gate site (file, line) and the generator function holding it: the
+`get_nvcc_flags_list(` call of a `supported_major_versions` gate, or, for a hard-coded `-gencode`
+gate, the generator's `def` or the line where the flags enter it. It is matched to the scan's
+finding at that line, else to a build-flag finding of that function, else to the JIT-module
+records that function generates (the strongest verdict among them, as a gate over several
+modules is judged). Prints each
 label with archaudit's verdict and the agreement; exit 0 always (a measurement, not a test).
 """
 from __future__ import annotations
@@ -16,15 +18,22 @@ from collections import Counter
 from pathlib import Path
 
 DEFAULT_LABELS = Path(__file__).resolve().parent.parent.parent / "shared" / "calibration" / "flashinfer-0.7.2.post1-sm120.json"
+# gate kinds that fix what a JIT build compiles for
+BUILD_KINDS = ("build-flags", "arch-list", "nvcc-flags")
 STRENGTH = ("hardware-bound", "unresolved", "binary-only", "partial", "software-only", "admitted")
 
 
 def verdict_for(label: dict, scan: dict, target: str) -> tuple[str, str]:
     site = (label["file"], label["line"])
-    for f in scan["findings"]:
-        if f["target"] == target and (f["gate"]["path"], f["gate"]["line"]) == site:
-            return f["verdict"], f"finding ({f['gate']['kind']}): {f['reason'][:160]}"
-    mods = [m for m in scan.get("modules", []) if (m["generator"]["path"], m["generator"]["line"]) == site]
+    fn = label["function"]
+    own = [f for f in scan["findings"] if f["target"] == target and f["gate"]["path"] == label["file"]]
+    hit = [f for f in own if f["gate"]["line"] == site[1]] or [
+        f for f in own if f["gate"]["function"].rsplit(".", 1)[-1] == fn and f["gate"]["kind"] in BUILD_KINDS]
+    if hit:
+        f = min(hit, key=lambda f: STRENGTH.index(f["verdict"]))
+        return f["verdict"], f"finding {f['gate']['line']} ({f['gate']['kind']}): {f['reason'][:160]}"
+    mods = [m for m in scan.get("modules", []) if m["generator"]["path"] == label["file"]
+            and (m["generator"]["line"] == site[1] or m["generator"]["function"].rsplit(".", 1)[-1] == fn)]
     if mods:
         vs = [m["verdicts"][target]["verdict"] for m in mods if target in m["verdicts"]]
         v = min(vs, key=STRENGTH.index) if vs else "missing"
