@@ -5,10 +5,20 @@ Regions a gate guards (each becomes the start of a forward search through the ca
 - `if not gate: raise/return` and `assert gate` -> the rest of the function ("after-exit");
 - an arch list passed on (`get_nvcc_flags_list(supported_major_versions=...)` or hard-coded
   -gencode flags) -> the JIT spec in the same function that receives it ("flags");
+- a refusal every call of its function passes (`if arch is None: raise ...` at the top level of
+  the function body, or only inside `with` blocks) -> in each caller, the rest of the statement
+  holding the call (the calls its result flows into) and the statements after it in its block
+  ("caller:after-exit"); where that call is itself always passed, the same in the callers of the
+  caller (up to `CALLER_DEPTH` levels);
 - a gate in `return ...`, or whose region returns a value (a predicate or a resolver such as
-  `_resolve_backend`) -> in each caller, the branches that test the call's result or a variable
-  assigned from it, the code after the call when the gate raises, and, for `return f()`, the
-  callers of that caller (up to `CALLER_DEPTH` levels).
+  `_resolve_backend`, a selection `if C: return "sm100a"`, a helper returning nvcc flags) -> in
+  each caller, the branches that test the call's result or a local derived from it
+  ("caller:then"/"caller:else"), the calls that take it or such a local as an argument or
+  receiver (`gen_module(target)`, `gen_jit_spec(..., extra_cuda_cflags=flags())`,
+  `FLAGS[target]` or `f"mod_{target}"` in an argument: "caller:value"), and, where the caller
+  returns it, the callers of that caller (up to `CALLER_DEPTH` levels);
+- a gate in an assignment (`x = A if C else B`) -> the same tests and calls of `x` in its own
+  function ("value").
 The forward search follows resolved call edges breadth-first (bounded depth and size) down to
 JIT sink nodes; entry points are the attributes called on a built module along the way.
 """
@@ -191,7 +201,8 @@ class Behind:
     # ------------------------------------------------------------------ regions
     def regions(self, site: GateSite, ctx: Ctx) -> list[Region]:
         off = self._offset(ctx, site.line, site.col)
-        chain = self._chain_at(self._body(ctx), off)
+        body = self._body_at(ctx, off)
+        chain = self._chain_at(body, off)
         if not chain:
             return []
         cont, idx, st = chain[-1]
@@ -200,16 +211,22 @@ class Behind:
         gate_link = Link("region", site.path, site.line, site.expr or ctx.mod.parsed.text(st).split("\n")[0][:120], "")
         out: list[Region] = []
         resolver = False
+        # the gate selects the value returned (`return "sm100a"`, a value computed by the gate's
+        # own expression), not only whether the function returns at all (a refusal before
+        # `return result`) or which computation's result it returns (`if C: return f(x)`, whose
+        # call is followed in the branch): the calls that value flows into are followed too
+        selects = False
         if st.k in ("if", "while") and st.f["test"].sb <= off < st.f["test"].eb:
             out += self._if_regions(ctx, chain, [gate_link])
-            resolver = self._returns_in(st.f["body"]) or self._returns_in(st.f["orelse"]) or (
+            selects = _returns_constant(st.f["body"]) or _returns_constant(st.f["orelse"])
+            resolver = selects or self._returns_in(st.f["body"]) or self._returns_in(st.f["orelse"]) or (
                 _exits(st.f["body"]) and self._returns_in(self._after(chain)))
         elif st.k == "assert":
             after = self._after(chain)
             out.append(Region("after-exit", ctx, _spans(after), [_relink(gate_link, "after-exit")]))
             resolver = self._returns_in(after)
         elif st.k == "return":
-            resolver = True
+            resolver = selects = True
         elif st.k == "assign":
             names = [t.f["id"] for t in st.f["targets"] if t.k == "name"]
             flag = self._flag_region(site, ctx, st, gate_link)
@@ -219,7 +236,11 @@ class Behind:
                 for r in self._name_tests(ctx, nm, [gate_link]):
                     out.append(r)
                 if self._name_returned(ctx, nm):
-                    resolver = True
+                    resolver = selects = True
+            # `target = "sm100a" if C else "sm90a"; gen_module(target)`: the calls the value flows into
+            uses = self._uses(ctx, body, None, set(names), st.eb)
+            if uses.consumers:
+                out.append(Region("value", ctx, uses.consumers, [_relink(gate_link, "value")]))
             if not out:
                 out.append(Region("statement", ctx, [(st.sb, st.eb)], [_relink(gate_link, "statement")]))
         else:
@@ -227,10 +248,13 @@ class Behind:
             if flag is not None:
                 out.append(flag)
             out.append(Region("statement", ctx, [(st.sb, st.eb)], [_relink(gate_link, "statement")]))
-        if resolver and ctx.kind == "function":
-            out += self._caller_regions(ctx, [gate_link], CALLER_DEPTH, raises=False)
-        elif ctx.kind == "function" and any(r.arm == "after-exit" for r in out) and _exits_by_raise(chain):
-            out += self._caller_regions(ctx, [gate_link], 1, raises=True)
+        if ctx.kind == "function" and _refuses(chain) and _passed_always(chain):
+            # every call of the function passes the refusal: what runs after each call is guarded
+            # (a refusal some calls do not pass guards nothing in the callers: they also go on
+            # without it)
+            out += self._caller_regions(ctx, [gate_link], CALLER_DEPTH, raises=True)
+        elif resolver and ctx.kind == "function":
+            out += self._caller_regions(ctx, [gate_link], CALLER_DEPTH, raises=False, consumers=selects)
         return out
 
     def _if_regions(self, ctx: Ctx, chain, links: list[Link]) -> list[Region]:
@@ -295,39 +319,111 @@ class Behind:
             return None
         return Region("flags", ctx, [], [_relink(gate_link, "flags")] + [Link("flags", ctx.mod.path, self.jit.module(k).line, k, "dataflow") for k in keys])
 
-    def _caller_regions(self, ctx: Ctx, links: list[Link], depth: int, raises: bool) -> list[Region]:
+    def _caller_regions(self, ctx: Ctx, links: list[Link], depth: int, raises: bool,
+                        consumers: bool = False) -> list[Region]:
+        """Regions in the callers of ctx's function. raises: the function refuses the GPUs the gate
+        excludes before it returns, so the rest of each call's statement and the statements after
+        it are guarded (and, where the call is always passed, the callers' callers' likewise; where
+        it is not but its value is returned, what the callers' callers do with that value).
+        Otherwise the returned value decides: the caller's tests of it, with `consumers` (the gate
+        selects that value) the calls it flows into, and the callers' callers where it is returned."""
         out: list[Region] = []
         if depth <= 0:
             return out
+        short = ctx.qualname.rsplit(".", 1)[-1]
         for c in self.g.callers(ctx.qualname):
             gctx = self.r.ctx(c.caller)
             if gctx is None or gctx.kind not in ("function", "module"):
                 continue
             off = self._offset(gctx, c.line, c.col)
-            chain = self._chain_at(self._body(gctx), off)
+            body = self._body_at(gctx, off)
+            chain = self._chain_at(body, off)
             if not chain:
                 continue
             cont, idx, st = chain[-1]
-            l2 = links + [Link("call", c.path, c.line, c.caller, "caller-branch" if not raises else "caller-after-raise")]
+            path = _path_to_call(st, off, short)
             if raises:
-                after = self._after(chain)
-                if after:
-                    out.append(Region("caller:after-exit", gctx, _spans(after), l2))
+                if path is None or any(n.k == "lambda" for n in path):
+                    continue  # a call deferred into a lambda runs later, if at all
+                l2 = links + [Link("call", c.path, c.line, c.caller, "caller-after-raise")]
+                call = path[-1]
+                spans = [(call.eb, st.eb)] + [(n.sb, n.sb + 1) for n in path[:-1] if n.k == "call"]
+                spans += _spans(_continuation(chain))
+                out.append(Region("caller:after-exit", gctx, spans, l2))
+                if gctx.kind != "function":
+                    continue
+                if _passed_always(chain) and _unconditional(path):
+                    out += self._caller_regions(gctx, l2, depth - 1, True)
+                elif self._uses(gctx, body, path, set(), path[-1].eb).returned:
+                    # `if backend is None: return None` before `return f(backend)`: the caller's
+                    # callers go on either way, with what it returns deciding
+                    out += self._caller_regions(gctx, l2, depth - 1, False)
                 continue
+            l2 = links + [Link("call", c.path, c.line, c.caller, "caller-branch")]
             if st.k in ("if", "while") and st.f["test"].sb <= off < st.f["test"].eb:
                 out += [Region("caller:" + r.arm, r.ctx, r.spans, r.links) for r in self._if_regions(gctx, chain, l2)]
                 # the caller is itself a resolver when the branches decide what it returns
                 if gctx.kind == "function" and (self._returns_in(st.f["body"]) or self._returns_in(st.f["orelse"])):
                     out += self._caller_regions(gctx, l2, depth - 1, False)
-            elif st.k == "assign":
-                for t in st.f["targets"]:
-                    if t.k == "name":
-                        out += [Region("caller:" + r.arm, r.ctx, r.spans, r.links) for r in self._name_tests(gctx, t.f["id"], l2)]
-                        if self._name_returned(gctx, t.f["id"]) and gctx.kind == "function":
-                            out += self._caller_regions(gctx, l2, depth - 1, False)
-            elif st.k == "return" and gctx.kind == "function":
-                out += self._caller_regions(gctx, l2, depth - 1, False)
+            if path is None:
+                continue
+            uses = self._uses(gctx, body, path, set(), path[-1].eb)
+            for nm in sorted(uses.names):
+                out += [Region("caller:" + r.arm, r.ctx, r.spans, r.links) for r in self._name_tests(gctx, nm, l2)]
+            if consumers and uses.consumers:
+                out.append(Region("caller:value", gctx, uses.consumers,
+                                  links + [Link("call", c.path, c.line, c.caller, "caller-value")]))
+            if uses.returned and gctx.kind == "function":
+                out += self._caller_regions(gctx, l2, depth - 1, False, consumers)
         return out
+
+    def _uses(self, ctx: Ctx, body: list[N], path: list[N] | None, names: set[str], after: int) -> "_Uses":
+        """Where a value goes in ctx: the value of the call at the end of `path` (None: no call)
+        or of the local `names`. Locals bound from it (through any chain of assignments, tuple
+        unpacking and loops: the scope's bindings as the resolver reads them) carry it too; the
+        calls that take it in an argument (`gen(target)`, `gen(FLAGS[target])`,
+        `gen(f"m_{target}")`) or as a receiver and start after byte `after` (where the value is
+        made), and the calls the call itself sits in, are its consumers."""
+        binds = self.r.locals_of(ctx) if ctx.kind == "function" else self.r.gbind(ctx.mod.name)
+        call = path[-1] if path else None
+        names = set(names)
+        if call is not None:
+            for nm, bl in binds.items():
+                if any((v := _bound_value(bd)) is not None and v.sb <= call.sb and call.eb <= v.eb for bd in bl):
+                    names.add(nm)
+        grew = bool(names)
+        while grew:
+            grew = False
+            for nm, bl in binds.items():
+                if nm not in names and any(_mentions(_bound_value(bd), names) for bd in bl):
+                    names.add(nm)
+                    grew = True
+        spans = [(n.sb, n.sb + 1) for n in (path or [])[:-1] if n.k == "call"]
+        returned = False
+        for st in iter_stmts(body):
+            own = [v for key, v in st.f.items() if key not in ("body", "orelse", "handlers", "final")]
+            if st.k == "return" and st.f["value"] is not None and (
+                    _mentions(st.f["value"], names) or (call is not None and st.sb <= call.sb < st.eb)):
+                returned = True
+            if not names or st.k in ("def", "class"):
+                continue
+            for e in walk_exprs(own):
+                if e.k != "call" or e.sb < after:
+                    continue
+                fn = e.f["func"]
+                if (any(_mentions(a, names) for a in e.f["args"]) or any(_mentions(v, names) for _k, v in e.f["kwargs"])
+                        or (fn.k == "attr" and _mentions(fn.f["value"], names))):
+                    spans.append((e.sb, e.sb + 1))
+        return _Uses(names, sorted(set(spans)), returned)
+
+    def _body_at(self, ctx: Ctx, off: int) -> list[N]:
+        """The body holding `off`: of the def (among those bound to a redefined name) that spans it."""
+        if ctx.kind != "function":
+            return ctx.mod.parsed.body
+        for node in ctx.mod.bound_defs(ctx.qual):
+            if node.sb <= off < node.eb:
+                return node.f["body"]
+        return ctx.node.f["body"]
 
     # ------------------------------------------------------------------ forward search
     def _calls_in(self, region: Region) -> list[Call]:
@@ -468,6 +564,107 @@ class Behind:
         return list(out)
 
 
+@dataclass
+class _Uses:
+    names: set  # locals that carry the value
+    consumers: list[tuple[int, int]]  # spans of the calls it flows into (their first byte)
+    returned: bool  # the scope returns it
+
+
+def _bound_value(bd: tuple) -> N | None:
+    """The expression a binding (Resolver's binding tuples) takes its value from."""
+    if bd[0] in ("assign", "unpack", "iter", "with", "aug"):
+        return bd[1]
+    return None
+
+
+def _mentions(x: N | None, names: set) -> bool:
+    return x is not None and bool(names) and any(e.k == "name" and e.f["id"] in names for e in walk_exprs(x))
+
+
+def _path_to_call(st: N, off: int, short: str) -> list[N] | None:
+    """The expressions of a statement's own header from the outermost down to the call that starts
+    at `off` (the innermost such call whose callee is named `short`, else the innermost)."""
+    found: list[list[N]] = []
+
+    def rec(v, path: list[N]) -> None:
+        if isinstance(v, N):
+            if not (v.sb <= off < v.eb) or v.k in ("def", "class"):
+                return
+            p = path + [v]
+            if v.k == "call" and v.sb == off:
+                found.append(p)
+            for x in v.f.values():
+                rec(x, p)
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                rec(x, path)
+
+    for key, v in st.f.items():
+        if key not in ("body", "orelse", "handlers", "final"):
+            rec(v, [])
+    if not found:
+        return None
+
+    def named(p: list[N]) -> bool:
+        fn = p[-1].f["func"]
+        return (fn.k == "name" and fn.f["id"] == short) or (fn.k == "attr" and fn.f["attr"] == short)
+
+    return max(found, key=lambda p: (named(p), len(p)))
+
+
+def _unconditional(path: list[N]) -> bool:
+    """Whether the last expression of the path runs whenever its statement does (not in an
+    `x if t else y` arm, the right of `and`/`or`, a comprehension or a lambda)."""
+    for node, child in zip(path, path[1:]):
+        if node.k in ("lambda", "comp"):
+            return False
+        if node.k == "ifexp" and child is not node.f["test"]:
+            return False
+        if node.k == "boolop" and child is node.f["right"]:
+            return False
+    return True
+
+
+def _passed_always(chain) -> bool:
+    """Whether the innermost statement of the chain runs on every call of its function: it sits at
+    the top of the body, or only inside `with` blocks (not in a branch, a loop or a `try`), and no
+    statement before it can return (`if not enabled: return` lets the callers go on without it)."""
+    return all(st.k == "with" for _cont, _idx, st in chain[:-1]) and not any(
+        s.k == "return" for cont, idx, _st in chain for s in iter_stmts(cont[:idx]))
+
+
+def _continuation(chain) -> list[N]:
+    """The statements that run after the innermost statement of the chain whenever it completes:
+    the rest of its block, and of the blocks around it through `with` statements (after a branch,
+    a loop or a `try` the code also runs on paths that did not pass it), up to a block that
+    ends by leaving."""
+    out = []
+    for level in range(len(chain) - 1, -1, -1):
+        cont, idx, st = chain[level]
+        out.extend(cont[idx + 1:])
+        if _exits(cont) or level == 0 or chain[level - 1][2].k != "with":
+            break
+    return out
+
+
+def _returns_constant(stmts: list[N]) -> bool:
+    """Whether the statements return a constant other than None/False (`"sm100a"`, `"sm100f" if
+    ok else "sm100a"`; `return False` after a failed test is a refusal, as the gate evaluation
+    reads it)."""
+
+    def const(e: N) -> bool:
+        if e.k == "const":
+            return e.f["value"] is not None and e.f["value"] is not False
+        if e.k == "ifexp":
+            return const(e.f["body"]) and const(e.f["orelse"])
+        if e.k in ("tuple", "list"):
+            return bool(e.f["elts"]) and all(const(x) for x in e.f["elts"])
+        return False
+
+    return any(s.k == "return" and s.f["value"] is not None and const(s.f["value"]) for s in iter_stmts(stmts))
+
+
 def _relink(link: Link, arm: str) -> Link:
     return Link(link.kind, link.path, link.line, link.text, arm)
 
@@ -480,8 +677,10 @@ def _exits(stmts: list[N]) -> bool:
     return bool(stmts) and stmts[-1].k in ("raise", "return", "continue", "break")
 
 
-def _exits_by_raise(chain) -> bool:
+def _refuses(chain) -> bool:
+    """Whether the innermost statement is a refusal: `assert C`, or `if not C: ... raise` with no
+    else (the code after it runs exactly when the test is false)."""
     st = chain[-1][2]
     if st.k == "assert":
         return True
-    return st.k == "if" and bool(st.f["body"]) and st.f["body"][-1].k == "raise"
+    return st.k == "if" and bool(st.f["body"]) and st.f["body"][-1].k == "raise" and not st.f["orelse"]

@@ -994,7 +994,18 @@ class Interp:
         return self._boolop(a, b, short_circuit_on=True)
 
     def _boolop(self, a: AV, b: AV, short_circuit_on: bool) -> AV:
-        """`a and b` (short_circuit_on=False) or `a or b` (True), per possibility."""
+        """`a and b` (short_circuit_on=False) or `a or b` (True), per possibility.
+
+        An unknown from the environment in `a`, the same on every GPU, beside known values that
+        all let `b` decide (`_is_cuda = torch.cuda.is_available() and ...` is OPAQUE or True) is
+        set aside, as a test's terms are read (informative_sets): `_is_cuda and is_sm90()` is
+        is_sm90()'s value on each GPU. Kept, its possible short circuit would reach every later
+        use of the value (`(_is_sm90 or _is_sm100) and n > 0` in a predicate function), where
+        no term-by-term reading can tell it apart from the architecture term any more."""
+        if a.uniform and a.sets and OPAQUE in a.sets[0]:
+            known = a.sets[0] - UNKNOWN_SET
+            if known and all(truth(x) is (not short_circuit_on) for x in known):
+                a = AV((known,) * len(a.sets))
         sets = []
         for sa, sb in zip(a.sets, b.sets):
             acc = set()
