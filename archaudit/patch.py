@@ -584,7 +584,7 @@ class Patcher:
         tree = _parse_or_none(text) if any(isinstance(n, ast.Compare) for n in ast.walk(expr)) else None
         for n in ast.walk(expr):
             if isinstance(n, ast.Compare):
-                out += [(path, t, what) for t, what in
+                out += [(path, t, what) for t, what, _effect in
                         _compare_edits(text, n, span_of, self.reg, gpu, tree, _parent_of(expr, n))]
         # an explicit capability test, when the module has torch at hand: beside a predicate, or
         # beside a comparison with a capability literal (`minor >= 7`: true or false on the target,
@@ -712,7 +712,7 @@ def _add_flag(text: str, value: ast.expr, flag: str) -> tuple[str, str] | None:
             todo += [n.right, n.left]
         else:
             operands.append(n)
-    lists = [o for o in operands if isinstance(o, ast.List) and not any(isinstance(e, ast.Starred) for e in o.elts)]
+    lists = [o for o in operands if isinstance(o, ast.List) and o.elts]
     if any(isinstance(o, ast.Constant) and o.value == flag for lst in lists for o in lst.elts):
         return None
     if lists:
@@ -791,6 +791,13 @@ def _capability_of(n: ast.expr, reg: Registry) -> tuple[int, int] | None:
     return None
 
 
+def _literal_kind(n: ast.expr, reg: Registry) -> str:
+    """How a capability literal spells its GPU: "major", "cc", "cuda_arch", "str" or "tuple"."""
+    if isinstance(n, ast.Constant) and type(n.value) is int:
+        return _int_kind(n.value, reg) or ""
+    return "str" if isinstance(n, ast.Constant) else "tuple"
+
+
 def _spell(text: str, n: ast.expr, reg: Registry, gpu: Gpu) -> str | None:
     """The target's value written like the capability literal `n`, or None when n is not one."""
     if _capability_of(n, reg) is None:
@@ -817,12 +824,11 @@ def _members(n: ast.expr) -> list[ast.expr] | None:
 def _seq_edit(text: str, seq: ast.expr, reg: Registry, gpu: Gpu) -> tuple[str, str] | None:
     """A literal of capability values with the target's value added (an int list in sorted place)."""
     elts = _members(seq)
-    if not elts:
+    if not elts or not all(_capability_of(e, reg) is not None for e in elts):
+        return None  # `(4, 8, 16)` world sizes, `(0, 3)` minors: not a list of GPUs
+    if len({_literal_kind(e, reg) for e in elts}) != 1:
         return None
-    model = next((e for e in elts if _capability_of(e, reg) is not None), None)
-    if model is None:
-        return None
-    item = _spell(text, model, reg, gpu)
+    item = _spell(text, elts[0], reg, gpu)
     a, b = _span(text, seq)
     if item is None or any(text[slice(*_span(text, e))] == item for e in elts):
         return None
@@ -846,14 +852,16 @@ def _module_literal(tree: ast.Module | None, name: str) -> ast.expr | None:
 
 
 def _compare_edits(text: str, n: ast.Compare, span_of, reg: Registry, gpu: Gpu, tree: ast.Module | None,
-                   parent: ast.AST | None) -> list[tuple[str, str]]:
+                   parent: ast.AST | None) -> list[tuple[str, str, int]]:
     """Edits of one comparison that let the target's value through it (which one the gate needs,
-    true or false, is for the re-evaluation to show):
+    true or false, is for the re-evaluation to show), each with what it makes the comparison on
+    the target (1 true, -1 false):
     `X == K` -> `X in (K, T)`, `X != K` -> `X not in (K, T)`, `X in/not in <literal or module
     constant>` -> T added there, `X >= K` -> `(X >= K or X == T)` / `(X >= K and X != T)`."""
     if len(n.ops) != 1:
         return []
     op, right = n.ops[0], n.comparators[0]
+    sign = 1 if isinstance(op, (ast.In, ast.Eq)) else -1
     out = []
     if isinstance(op, (ast.In, ast.NotIn)):
         seq = right
@@ -861,21 +869,21 @@ def _compare_edits(text: str, n: ast.Compare, span_of, reg: Registry, gpu: Gpu, 
             seq = _module_literal(tree, right.id)
             if isinstance(seq, ast.Dict):
                 got = _table_edit(text, seq, reg, gpu)
-                return [got] if got else []
+                return [(*got, sign)] if got else []
             if seq is None:
                 return []
             got = _seq_edit(text, seq, reg, gpu)
-            return [(got[0], got[1] + f" (the constant {right.id}: every user of it changes)")] if got else []
+            return [(got[0], got[1] + f" (the constant {right.id}: every user of it changes)", sign)] if got else []
         if isinstance(right, ast.Dict):
             got = _table_edit(text, right, reg, gpu)
-            return [got] if got else []
+            return [(*got, sign)] if got else []
         # the literal is inside the gate: offsets from span_of
         a, b = span_of(right)
         sub = _parse_or_none(text[a:b])
         if sub is None or not sub.body or not isinstance(sub.body[0], ast.Expr):
             return []
         got = _seq_edit(text[a:b], sub.body[0].value, reg, gpu)
-        return [(text[:a] + got[0] + text[b:], got[1])] if got else []
+        return [(text[:a] + got[0] + text[b:], got[1], sign)] if got else []
     if isinstance(op, (ast.Eq, ast.NotEq)):
         lo, hi = span_of(n.left)
         ka, kb = span_of(right)
@@ -888,7 +896,7 @@ def _compare_edits(text: str, n: ast.Compare, span_of, reg: Registry, gpu: Gpu, 
         kw = "in" if isinstance(op, ast.Eq) else "not in"
         repl = f"{text[lo:hi]} {kw} ({k_src}, {item})"
         a, b = span_of(n)
-        return [(text[:a] + repl + text[b:], f"`{text[a:b]}` -> `{repl}`")]
+        return [(text[:a] + repl + text[b:], f"`{text[a:b]}` -> `{repl}`", sign)]
     if isinstance(op, (ast.Gt, ast.GtE, ast.Lt, ast.LtE)):
         ka, kb = span_of(right)
         k_src = text[ka:kb]
@@ -900,11 +908,11 @@ def _compare_edits(text: str, n: ast.Compare, span_of, reg: Registry, gpu: Gpu, 
         lo, hi = span_of(n.left)
         a, b = span_of(n)
         cmp_src = text[a:b]
-        for joiner, test in (("or", "=="), ("and", "!=")):
+        for joiner, test, effect in (("or", "==", 1), ("and", "!=", -1)):
             same = isinstance(parent, ast.BoolOp) and isinstance(parent.op, ast.Or if joiner == "or" else ast.And)
             repl = f"{cmp_src} {joiner} {text[lo:hi]} {test} {item}"
             repl = repl if same else f"({repl})"
-            out.append((text[:a] + repl + text[b:], f"`{cmp_src}` -> `{repl}`"))
+            out.append((text[:a] + repl + text[b:], f"`{cmp_src}` -> `{repl}`", effect))
     return out
 
 
@@ -929,6 +937,35 @@ def _table_edit(text: str, d: ast.Dict, reg: Registry, gpu: Gpu) -> tuple[str, s
     ksrc = text[slice(*_span(text, k))]
     return new, (f"add `{key}: {val}` to the table at line {d.lineno} (the value of {ksrc}: {gpu.name} takes a "
                  f"path judged for it)")
+
+
+def _exit_polarity(fn: ast.AST, n: ast.expr) -> int | None:
+    """For a comparison in the test of an `if` whose body leaves the function (ends in return or
+    raise): 1 when the comparison being true takes that exit, -1 when being false does (under an
+    odd number of `not`); None elsewhere."""
+    for st in ast.walk(fn):
+        if not (isinstance(st, ast.If) and st.body and isinstance(st.body[-1], (ast.Return, ast.Raise))):
+            continue
+        polarity, node = 1, st.test
+        path = _path_to(node, n)
+        if path is None:
+            continue
+        for step in path:
+            if isinstance(step, ast.UnaryOp) and isinstance(step.op, ast.Not):
+                polarity = -polarity
+        return polarity
+    return None
+
+
+def _path_to(root: ast.AST, target: ast.AST) -> list[ast.AST] | None:
+    """The nodes from root down to target (target excluded), or None when target is not under root."""
+    if root is target:
+        return []
+    for child in ast.iter_child_nodes(root):
+        got = _path_to(child, target)
+        if got is not None:
+            return [root] + got
+    return None
 
 
 def _def_at_line(tree: ast.Module, line: int) -> ast.AST | None:
@@ -971,7 +1008,11 @@ def _scope_value_edits(text: str, tree: ast.Module, fn: ast.AST, reg: Registry, 
             if a < skip[1] and skip[0] < b:
                 continue
         if isinstance(n, ast.Compare):
-            out += _compare_edits(text, n, span_of, reg, gpu, tree, _parent_of(fn, n))
+            # a test whose branch leaves the function (`if cap < 9: return False`) is not made to
+            # take the target there: the edit would turn the target away from the code after it
+            exits = _exit_polarity(fn, n)
+            out += [(t, what) for t, what, effect in _compare_edits(text, n, span_of, reg, gpu, tree, _parent_of(fn, n))
+                    if exits is None or effect * exits < 0]
         elif isinstance(n, ast.Dict):
             got = _table_edit(text, n, reg, gpu)
             if got:
