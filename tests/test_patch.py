@@ -167,3 +167,33 @@ def test_a_two_operand_check_becomes_the_plain_macro(reg):
     assert new_text.splitlines()[3] == '  TVM_FFI_ICHECK(props.major == 10 || props.major == 12) << "needs SM10x";'
     (after,) = find_runtime_checks("a.cu", new_text)
     assert sorted(after.admits) == ["sm_100", "sm_103", "sm_107", "sm_120", "sm_121"]
+
+
+def test_an_edit_outside_the_gate_never_sends_the_target_to_an_exit(reg):
+    """In a function the gate's resolution goes through, `if cap[0] < 9: return False` may only be
+    edited so that sm_120 does not take the exit (the or-form would make it return False there)."""
+    import ast
+
+    from archaudit.patch import _scope_value_edits
+
+    src = ("import torch\n\n\ndef can_use():\n    if torch.cuda.get_device_capability()[0] < 9:\n"
+           "        return False\n    return True\n")
+    tree = ast.parse(src)
+    got = _scope_value_edits(src, tree, tree.body[1], reg, reg.by_name["sm_120"], None)
+    assert [what for _t, what in got] == [
+        "`torch.cuda.get_device_capability()[0] < 9` -> `(torch.cuda.get_device_capability()[0] < 9 and "
+        "torch.cuda.get_device_capability()[0] != 12)`"]
+
+
+def test_only_a_literal_of_gpus_gets_the_target(reg):
+    import ast
+
+    from archaudit.patch import _seq_edit
+
+    gpu = reg.by_name["sm_120"]
+    for src, want in (("(100, 103)", "(100, 103, 120)"), ("[9, 10]", "[9, 10, 12]"), ("(10,)", "(10, 12)"),
+                      ("((10, 0), (10, 3))", "((10, 0), (10, 3), (12, 0))"),
+                      ('("sm_100a", "sm_103a")', '("sm_100a", "sm_103a", "sm_120a")'),
+                      ("(4, 8, 16)", None), ("(0, 3)", None), ("(9, 100)", None)):
+        got = _seq_edit(src, ast.parse(src).body[0].value, reg, gpu)
+        assert (got[0] if got else None) == want, src
