@@ -195,6 +195,7 @@ def write_sarif(log, output) -> list[str]:
 # --- commands --------------------------------------------------------------------------------
 def _scan(path, reqs, quiet, what=""):
     from rich.console import Console
+    from rich.markup import escape
 
     from .pipeline import scan as run_scan
     from .sources import SourceError
@@ -204,8 +205,8 @@ def _scan(path, reqs, quiet, what=""):
     status = err.status(f"scanning {what}".strip()) if not quiet and err.is_terminal else None
 
     def progress(msg, *_counts):
-        if status is not None:
-            status.update(f"{what}: {msg}" if what else msg)
+        if status is not None:  # messages name the scan root: never markup (report/shown.py)
+            status.update(escape(shown(f"{what}: {msg}" if what else msg)))
 
     try:
         if status is not None:

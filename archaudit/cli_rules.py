@@ -111,11 +111,14 @@ def verify_cmd(rule_ids, target_names, no_macros, no_targets, include_dirs, jobs
 def _print_text(report) -> None:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
+
+    from .report.shown import cell, shown
 
     out = Console(highlight=False)
     tc = report.toolchain
-    for rid, why in report.skipped.items():
-        out.print(f"[yellow]skipped[/] {rid}: {why}")
+    for rid, why in report.skipped.items():  # what the toolchain said: never markup
+        out.print(Text.assemble(("skipped", "yellow"), " ", cell(f"{rid}: {why}")))
     if report.findings:
         table = Table(title="rules that disagree with the toolchain", show_lines=True)
         table.add_column("kind")
@@ -133,7 +136,8 @@ def _print_text(report) -> None:
             if errors:
                 first = next(iter(errors.items()))
                 msg += f"\n{first[0]}: {first[1]}"
-            table.add_row(f.kind, f.subject, msg, " ".join(f.data_only), " ".join(f.toolchain_only))
+            cells = (f.kind, f.subject, msg, " ".join(f.data_only), " ".join(f.toolchain_only))
+            table.add_row(*(Text("\n".join(map(shown, str(x).split("\n")))) for x in cells))  # lines kept
         out.print(table)
     status = "[green]all rules agree[/]" if report.ok else f"[red]{len(report.findings)} disagreement(s)[/]"
     out.print(

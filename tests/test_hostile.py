@@ -430,3 +430,21 @@ def test_output_into_missing_directory_is_a_usage_error_before_the_scan(tmp_path
     r = CliRunner().invoke(main, [*cmd, "-o", str(tmp_path / "missing" / "out.txt")])
     assert r.exit_code == 2, r.output
     assert "does not exist" in r.output
+
+
+def test_rules_verify_text_is_not_markup(capsys, monkeypatch):
+    # what the toolchain says is shown as written, never as rich markup or escape sequences
+    from types import SimpleNamespace as NS
+
+    from archaudit.cli_rules import _print_text
+
+    monkeypatch.setenv("COLUMNS", "300")
+    f = NS(kind="mismatch", subject="ptx.x[/red]", message="bad\x1b[31m\nsecond line", details={},
+           data_only=["[link=https:evil]a"], toolchain_only=[])
+    rep = NS(toolchain=NS(version="13.0"), skipped={"r[/b]": "why\x1b]8;;x\x07"}, findings=[f], ok=False,
+             checked_rules=[1], checked_targets=[1], probes=1, cache_hits=0, seconds=1.0)
+    _print_text(rep)
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out
+    assert "r[/b]: why\\x1b]8;;x\\x07" in out and "ptx.x[/red]" in out and "[link=https:evil]a" in out
+    assert "bad\\x1b[31m" in out and "second line" in out
