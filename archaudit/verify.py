@@ -34,6 +34,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Callable
 
+from .cuda.preproc import _UNKNOWN_VALUE
 from .model import HARDWARE_BOUND, PARTIAL, SOFTWARE_ONLY
 
 CONFIRMED, REFUTED, NOT_VERIFIED = "confirmed", "refuted", "not verified"
@@ -696,9 +697,14 @@ def verify(root: str, candidates: list[Candidate], reg, gpu_name: str, target: s
         check = ModuleCheck(r.name, list(r.sources), tuple(r.generator), c.claim, c.claim_reason, target, c.via)
         checks.append(check)
         ctrl = control_target(r, reg, target)
+        # a -D whose value the scan could not fix (a parameter, flags of alternative branches)
+        unknown = sorted(k for k, v in r.defines.items() if v == _UNKNOWN_VALUE)
         for src in r.sources:
             tu = TuCheck(src, None)
             check.tus.append(tu)
+            if unknown:
+                tu.note = f"the value of the module's -D{unknown[0]} is unknown to archaudit: nothing to compile it with"
+                continue
             if not src.endswith(CUDA_SUFFIXES):
                 tu.note = f"{src}: not a CUDA source (host code is not compiled)"
                 continue

@@ -387,3 +387,19 @@ def test_verify_fixture_with_nvcc(tmp_path):
     (tmp_path / "extlib" / "api.h").write_text("#define EXTLIB_VALUE 3.0f\n")
     rc, d = _verify(FIXTURES / "verify", "--module", "ext", "-I", tmp_path)
     assert rc == 0 and _rows(d) == {"ext": ("confirmed", "software-only", "no stubs")}
+
+
+def test_define_of_unknown_value_is_not_compiled(monkeypatch, reg):
+    """A -D whose value the scan could not fix (flags of alternative branches) makes no compile."""
+    from types import SimpleNamespace
+
+    from archaudit.cuda.preproc import _UNKNOWN_VALUE
+
+    monkeypatch.setattr(V, "compile_tu", lambda *a: pytest.fail("compiled"))
+    rec = SimpleNamespace(name="kda", generator=("k.py", 3, "gen"), sources=["pkg/k.cu"], build_admits=frozenset({"sm_100"}),
+                          include_paths=[], defines={"TARGET_MINOR": _UNKNOWN_VALUE}, cuda_flags=[],
+                          verdicts={"sm_120": {"verdict": "hardware-bound", "reason": "r"}})
+    [c] = V.verify(str(FIXTURES), [V.Candidate(rec, "hardware-bound", "r")], reg, "sm_120", "sm_120f",
+                   V.Tools("nvcc", "v"), lambda top: [])
+    assert (c.result, c.why) == ("not verified", "the value of the module's -DTARGET_MINOR is unknown to archaudit: "
+                                                 "nothing to compile it with")
