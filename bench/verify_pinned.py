@@ -44,6 +44,11 @@ def jit_includes(fi_dir: Path) -> list[str]:
     return [str(d) for d in dirs]
 
 
+def _cell(text: str) -> str:
+    """Text for a markdown table cell (a pipe ends a cell even in a code span)."""
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
 def markdown(d: dict, cmd: list[str], wall: float) -> str:
     s = d["summary"]
     out = [f"# archaudit verify: flashinfer 0.7.2.post1 + sglang 0.5.23, {d['target']} ({d['compile_target']}, {d['nvcc']})", "",
@@ -54,8 +59,8 @@ def markdown(d: dict, cmd: list[str], wall: float) -> str:
            "| result | module | static verdict | nvcc | TUs | compile s | why |", "|---|---|---|---|---|---|---|"]
     for m in d["modules"]:
         secs = sum(t["compile"]["wall_s"] + t.get("control", {}).get("wall_s", 0) for t in m["tus"] if "compile" in t)
-        why = m["why"].replace("|", "\\|").replace("\n", " ")[:400]
-        out.append(f"| {m['result']} | `{m['name']}` | {m['static_verdict'] or '-'} | {m['observed'] or '-'} | "
+        why = _cell(m["why"])[:400]
+        out.append(f"| {m['result']} | `{_cell(m['name'])}` | {m['static_verdict'] or '-'} | {m['observed'] or '-'} | "
                    f"{sum(1 for t in m['tus'] if 'compile' in t)} | {secs:.0f} | {why} |")
     refuted = [m for m in d["modules"] if m["result"] == "refuted"]
     if refuted:
@@ -109,9 +114,10 @@ def main(argv=None) -> int:
             print(f"error: archaudit verify exited {rc}", file=sys.stderr)
             return 2
         d = json.loads(report.read_text())
-    d["wall_s"] = round(wall, 1)
-    (out / f"{name}.json").write_text(json.dumps(d, indent=1) + "\n")
     shown = [c.replace(str(corpus.cache_root()), "$CORPUS") for c in cmd]
+    d["wall_s"] = round(wall, 1)
+    d["command"] = shown
+    (out / f"{name}.json").write_text(json.dumps(d, indent=1) + "\n")
     (out / f"{name}.md").write_text(markdown(d, shown, wall))
     print(f"wrote {out / (name + '.md')}: {d['summary']}", file=sys.stderr)
     return rc
