@@ -627,9 +627,20 @@ def _module_refs(analysis, mods) -> dict[str, ModuleRef]:
         for s in jm.sources:
             if s.status == "resolved" and s.path:
                 (sources if s.path.endswith(DEVICE_SUFFIXES) else host).append(s.path)
+            elif s.status == "generated" and s.path:
+                # a template rendered at build time: compiled as the file it is written to, read
+                # from the template (cuda/template_view.py)
+                if s.suffix in DEVICE_SUFFIXES:
+                    sources.append(s.path)
+                elif s.suffix in (".cpp", ".cc", ".cxx", ".c"):
+                    host.append(s.path)
+                else:
+                    unresolved.append(f"source {s.text} is rendered from {s.path} at build time into a file whose "
+                                      f"kind is not known")
             elif s.status == "generated":
                 unresolved.append(f"source {s.text} is generated at build time"
-                                  + (f" from {', '.join(s.templates)}" if s.templates else ""))
+                                  + (f" from {', '.join(s.templates)}" if s.templates else "")
+                                  + (f": {s.reason}" if s.reason else ""))
             else:
                 unresolved.append(f"source {s.text}: {s.status}" + (f" ({s.reason})" if s.reason else ""))
         for k, r in jm.unresolved:

@@ -38,10 +38,14 @@ def test_sinks_sources_resolved_by_constant_evaluation(fx):
     assert srcs(m["listcomp"]) == [("resolved", csrc + "alpha.cu", ()), ("resolved", csrc + "beta.cu", ())]
     # loop + append + os.path.join; f-string module name over a constant list
     assert srcs(m["loop_alpha"]) == [("resolved", csrc + "alpha_loop.cu", ()), ("resolved", csrc + "beta_loop.cu", ())]
-    # rendered from a jinja template into a run-time directory
+    # rendered from a jinja template into a run-time directory: `dest.write_text(tmpl.render(...))`
+    # with `tmpl = jinja2.Template(f.read())` of `open(CSRC_DIR / "tmpl.cu.jinja")`
     assert srcs(m["generated_{dtype}"]) == [
         ("resolved", csrc + "base.cu", ()),
-        ("generated", "{JITPKG_WORKSPACE}/generated/gen/inst_{dtype}.cu", (csrc + "tmpl.cu.jinja",))]
+        ("generated", csrc + "tmpl.cu.jinja", (csrc + "tmpl.cu.jinja",))]
+    gen = m["generated_{dtype}"].sources[1]
+    assert (gen.text, gen.reason) == ("{JITPKG_WORKSPACE}/generated/gen/inst_{dtype}.cu",
+                                      "rendered there at build time (jitpkg/jit/ops.py:36)")
     assert m["generated_{dtype}"].name_resolved is False
     assert m["generated_{dtype}"].unresolved == [("name", "not constant: parameter: dtype")]
     assert srcs(m["missing"]) == [("missing", csrc + "does_not_exist.cu", ())]

@@ -3,7 +3,9 @@
 For each sink site: the module name, the nvcc flags' architecture source (the
 `get_nvcc_flags_list(supported_major_versions=...)` call or hard-coded -gencode flags feeding it),
 and the source files, resolved to files in the scan by constant evaluation. Whatever cannot be
-resolved is listed with a reason; generated sources (rendered from jinja templates) are marked.
+resolved is listed with a reason. A source the generator writes at build time is traced to what
+it is written from (generated.py): a file copied there is that file ("resolved"), a rendered
+template is the template ("generated", read through the CUDA side's rendered view).
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from ..cuda.preproc import _UNKNOWN_VALUE as UNKNOWN_VALUE
 from ..parsing.python_ir import N
 from ..python.index import function_at_line
 from .consteval import Alt, ConstEval, PathV, Unknown, flatten_values
+from .generated import Generated, text_keys
 from .flags import Flag, FlagEval, bind_args, defines_of, hard_coded_archs, is_arch_flag, unknown_defines
 from .resolve import Ctx, Resolver, SinkSite, iter_stmts, walk_exprs
 from .rules import ArgSpec
@@ -25,9 +28,10 @@ _ARCH_FLAG = re.compile(r"-gencode|arch=|compute_\d|sm_\d|^-arch|--gpu-architect
 class SourceFile:
     text: str  # the path as evaluated (or the pattern with {holes})
     status: str  # "resolved" | "missing" | "generated" | "inline" | "outside" | "unresolved" ("alternative": see JitModule)
-    path: str | None = None  # root-relative file in the scan (for resolved/missing)
+    path: str | None = None  # root-relative file in the scan (resolved/missing; generated: the template, if known)
     reason: str = ""
-    templates: tuple[str, ...] = ()  # for generated sources
+    templates: tuple[str, ...] = ()  # for generated sources: the templates it is (or may be) rendered from
+    suffix: str = ""  # for generated sources: of the file written (".cu"), from its path or the generator's code
 
     def to_json(self) -> dict:
         d = {"text": self.text, "status": self.status, "path": self.path}
@@ -35,6 +39,8 @@ class SourceFile:
             d["reason"] = self.reason
         if self.templates:
             d["templates"] = list(self.templates)
+        if self.suffix:
+            d["suffix"] = self.suffix
         return d
 
 
@@ -82,7 +88,8 @@ class JitModule:
 
     @property
     def all_sources_resolved(self) -> bool:
-        return bool(self.sources) and all(s.status in ("resolved", "generated", "inline") for s in self.sources) and not any(
+        return bool(self.sources) and all(
+            s.status in ("resolved", "inline") or (s.status == "generated" and s.path) for s in self.sources) and not any(
             k.startswith("sources") for k, _ in self.unresolved)
 
     @property
@@ -106,6 +113,7 @@ class JitModel:
         self.r = resolver
         self.ce = ConstEval(resolver)
         self.fe = FlagEval(resolver, self.ce)
+        self.gen = Generated(resolver, self.ce, resolver.rules.generate)
         self._mods: dict[str, JitModule] = {}
         self._own: dict[tuple[str, str], dict[str, str]] = {}
 
@@ -166,7 +174,7 @@ class JitModel:
             m.sources.append(SourceFile(_text(ctx, n), "inline", reason="source text passed inline"))
         if not srcs and not inline:
             m.unresolved.append(("sources-none", "no source list in the call (not an nvcc build from files)"))
-        templates = None
+        templates = written = None
         for n in srcs:
             v = self.ce.eval(ctx, n)
             if isinstance(v, Unknown):
@@ -174,11 +182,19 @@ class JitModel:
                 continue
             for item in flatten_values(v):
                 sf = self._source(item, rule.source_root)
+                if sf.status in ("unresolved", "missing"):
+                    if written is None:
+                        written = self.gen.writes_before(ctx, call, {}) or {}
+                    got = _written_from(sf, item, written)
+                    if got:
+                        m.sources.extend(got)
+                        continue
                 if sf.status == "unresolved":
                     if templates is None:
                         templates = self._templates(ctx)
                     if templates:
-                        sf = SourceFile(sf.text, "generated", reason=f"rendered at run time ({sf.reason})", templates=templates)
+                        sf = SourceFile(sf.text, "generated", reason=f"rendered at run time ({sf.reason}); no write of "
+                                        f"this path found before the build call", templates=templates)
                 m.sources.append(sf)
         # `_source_dir()` returning an installed or a checkout directory: a candidate that does not
         # exist is not a missing source when the same file resolves through another candidate
@@ -187,7 +203,7 @@ class JitModel:
         m.alternatives = [SourceFile(sf.text, "alternative", sf.path, "another candidate path for this file exists") for sf in alt]
         m.sources = [sf for sf in m.sources if sf not in alt]
         for sf in m.sources:
-            if sf.status in ("unresolved", "missing", "outside"):
+            if sf.status in ("unresolved", "missing", "outside") or (sf.status == "generated" and not sf.path):
                 m.unresolved.append((f"sources-{sf.status}", f"{sf.text}: {sf.reason}"))
         # flags
         fl = self._arg(call, rule.cuda_flags)
@@ -503,6 +519,28 @@ class JitModel:
                 if pat.search(data, node.sb, node.eb):
                     graph.expand(f"{m}.{q}")
         return [self.module(k) for k in sorted(self.r.sinks)]
+
+
+def _written_from(sf: SourceFile, item, written: dict) -> list[SourceFile]:
+    """The sources a path the generator writes stands for: the file copied there, or the template
+    rendered there (one per write site it may come from); one without a file when any is unknown."""
+    origins = list(dict.fromkeys(o for k in text_keys(item) for o in written.get(k, ())))
+    if not origins:
+        return []
+    unknown = next((o for o in origins if o.how == "unknown"), None)
+    if unknown is not None:
+        tmpl = tuple(sorted({o.path for o in origins if o.how == "rendered"}))
+        return [SourceFile(sf.text, "generated", reason=f"written at {unknown.where}: {unknown.reason}", templates=tmpl)]
+    out = []
+    for o in origins:
+        if o.how == "copied":
+            out.append(SourceFile(sf.text, "resolved", o.path, reason=f"copied there at build time ({o.where})"))
+        else:
+            name = sf.text.rsplit("/", 1)[-1]
+            suffix = "." + name.rsplit(".", 1)[1] if "." in name and "}" not in name.rsplit(".", 1)[1] else o.suffix
+            out.append(SourceFile(sf.text, "generated", o.path, reason=f"rendered there at build time ({o.where})",
+                                  templates=(o.path,), suffix=suffix))
+    return out
 
 
 def _dedup(xs: list) -> list:

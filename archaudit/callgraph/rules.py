@@ -32,6 +32,18 @@ class SinkRule:
 
 
 @dataclass(frozen=True)
+class GenerateRules:
+    """How generators write sources at build time (rules/jit.toml [generate])."""
+
+    writers: dict = field(default_factory=dict)  # function name -> (dest position, content position)
+    write_methods: frozenset = frozenset()
+    copies: dict = field(default_factory=dict)  # function name -> (src position, dest position)
+    read_methods: frozenset = frozenset()
+    template_classes: frozenset = frozenset()
+    render_methods: frozenset = frozenset()
+
+
+@dataclass(frozen=True)
 class JitRules:
     sinks: tuple[SinkRule, ...]
     build_methods: frozenset
@@ -39,6 +51,7 @@ class JitRules:
     cache_wrappers: frozenset  # decorators/wrappers that keep calling the wrapped function
     partial_functions: frozenset
     template_suffixes: tuple[str, ...]
+    generate: GenerateRules = field(default_factory=GenerateRules)
     by_def_name: dict = field(default_factory=dict)
     by_external: dict = field(default_factory=dict)
     base_names: dict = field(default_factory=dict)
@@ -53,6 +66,17 @@ def _args(x) -> tuple[ArgSpec, ...]:
     if isinstance(x, dict):
         x = [x]
     return tuple(ArgSpec(pos=a.get("pos"), kw=a.get("kw"), varargs=bool(a.get("varargs", False))) for a in x)
+
+
+def _generate(g: dict) -> GenerateRules:
+    return GenerateRules(
+        writers={w["name"]: (w["dest"], w["content"]) for w in g.get("writers", [])},
+        write_methods=frozenset(g.get("write_methods", [])),
+        copies={c["name"]: (c["src"], c["dest"]) for c in g.get("copies", [])},
+        read_methods=frozenset(g.get("read_methods", [])),
+        template_classes=frozenset(g.get("template_classes", [])),
+        render_methods=frozenset(g.get("render_methods", [])),
+    )
 
 
 def parse_rules(data: dict) -> JitRules:
@@ -75,6 +99,7 @@ def parse_rules(data: dict) -> JitRules:
         cache_wrappers=frozenset(b.get("cache_wrappers", [])),
         partial_functions=frozenset(b.get("partial_functions", [])),
         template_suffixes=tuple(b.get("template_suffixes", [".jinja"])),
+        generate=_generate(data.get("generate", {})),
     )
     for s in sinks:
         for n in s.def_names:

@@ -66,6 +66,7 @@ class IdentHit:
     top: int
     rule: str
     text: str
+    macro: str = ""  # an atom in the body of this #define: it counts where reached code expands it
 
 
 @dataclass
@@ -440,6 +441,34 @@ def _qualified(body: str):
         i = body.find("::", i + 2)
 
 
+_DEFINE_NAME = re.compile(r"\s*([A-Za-z_]\w*)")
+
+
+def _macro_atoms(sc: cpp.Scan, prog) -> list[IdentHit]:
+    """Atoms named in #define bodies, with the macro's name. An instantiation macro
+    (`INSTANTIATE_..._LAUNCHER(T, ...)`, what a rendered kernel-instance template is made of)
+    may name the only CUTLASS arch tag of the code it expands to."""
+    defines = [d for d in sc.directives if d.name == "define"]
+    if not defines:
+        return []
+    text = "\n".join(sc.code[d.start:d.end] for d in defines)
+    out = []
+    for r in _rules():
+        if r.kind != "atom":
+            continue
+        prefixes = _literal_prefixes(r.pattern.pattern)
+        if prefixes is not None and not any(pf in text for pf in prefixes):
+            continue
+        for d in defines:
+            name = _DEFINE_NAME.match(d.text)
+            if name is None:
+                continue
+            for m in r.pattern.finditer(sc.code, d.start, d.end):
+                out.append(IdentHit(sc.line_of(m.start()), prog.region_of(d.start), -1, r.id, m.group().strip()[:120],
+                                    name.group(1)))
+    return out
+
+
 def extract(path: str, data: bytes | str) -> FileFacts:
     sc = cpp.scan(data)
     prog = build_program(sc)
@@ -535,6 +564,8 @@ def extract(path: str, data: bytes | str) -> FileFacts:
             if top >= 0 and last and st.owners[top].name in last:
                 continue  # the atom's own definition and members
             idents.append(IdentHit(sc.line_of(m.start()), prog.region_of(m.start()), top, r.id, text[:120]))
+
+    idents.extend(_macro_atoms(sc, prog))
 
     # kernels (and functions whose head has a kernel-ish macro such as CUTLASS_GLOBAL, which the
     # TU's macro table decides)

@@ -240,6 +240,9 @@ class CudaProject:
         self._scoping: dict[str, tuple[frozenset, frozenset]] = {}  # path -> (#undef'd names, namespace names)
         self._eval_cache: dict = {}  # #if text -> [(macro lookups, result)], shared by all walks
         self.problems: dict[str, tuple[str, str]] = {}  # path -> (kind, message): read but not source
+        # jinja templates (a JIT generator renders them into sources): read through template_view,
+        # with what the view cannot stand for (line, message)
+        self.view_notes: dict[str, list[tuple[int, str]]] = {}
 
     # -- roots
     @classmethod
@@ -257,10 +260,19 @@ class CudaProject:
         return bool(best and best.vendored)
 
     # -- per-file facts
+    def read(self, path: str) -> bytes | None:
+        """A file's bytes as the compiler would see them: a jinja template as its rendered view."""
+        data = self.reader.read(path)
+        if data is not None and path.endswith(_template_suffixes()):
+            from .template_view import render_view
+
+            data, self.view_notes[path] = render_view(data)
+        return data
+
     def facts(self, path: str) -> F.FileFacts | None:
         if path in self._facts:
             return self._facts[path]
-        data = self.reader.read(path)
+        data = self.read(path)
         ff = None
         if data is not None:
             why = binary_problem(data)
@@ -334,6 +346,13 @@ class CudaProject:
                             diagnostics=[Diagnostic(relpath, kind, msg, severity="error")])
         pr, pp = self.preprocess(relpath, target, extra_include_roots, extra_defines)
         res = _judge(self, relpath, target, pr, pp)
+        notes = [f"{p}:{line}: {msg}" for p in res.closure for line, msg in self.view_notes.get(p, ())]
+        if notes:
+            # template text given at render time may insert or change code: a build or a stub is
+            # not shown; an instruction the target lacks in the template's certain code still is
+            res.unknowns.extend(notes)
+            if res.prediction in ("builds", "stub"):
+                res.prediction, res.reason = "unknown", notes[0]
         # an included file that is binary or too large: say why, not only "cannot read"
         for d in list(res.diagnostics):
             if d.kind == "unreadable" and self.problem(d.path):
@@ -347,6 +366,12 @@ class CudaProject:
             res.reason = f"{d.kind} at {d.path}" + (f":{d.line}" if d.line else "") + f": {d.message}"
             res.unknowns.insert(0, res.reason)
         return res
+
+
+def _template_suffixes() -> tuple[str, ...]:
+    from ..callgraph.rules import jit_rules
+
+    return jit_rules().template_suffixes
 
 
 # --- judging -----------------------------------------------------------------------------------
@@ -530,6 +555,30 @@ def _reach(proj: CudaProject, relpath: str, pr: PreprocResult, facts: dict[str, 
     return reached
 
 
+def _expanded_macros(proj: CudaProject, relpath: str, pr: PreprocResult, facts: dict[str, F.FileFacts],
+                     reached: set[tuple[str, int]]) -> set[str]:
+    """Names used by the TU's reached code (its own top-level code and the reached definitions,
+    in regions not excluded), closed over the macro bodies they name: the macros it expands."""
+    names: set[str] = set()
+    for path, ff in facts.items():
+        states = pr.states[path]
+        for (idx, rid), toks in ff.tokens.items():
+            if states[rid] is not False and ((path, idx) in reached or (path == relpath and idx < 0)):
+                names |= toks
+    bodies: dict[str, set] = {}
+    for ff in facts.values():
+        for name, words in ff.program.define_idents.items():
+            bodies.setdefault(name, set()).update(words)
+    todo = [n for n in names if n in bodies]
+    while todo:
+        for w in bodies.pop(todo.pop(), ()):
+            if w not in names:
+                names.add(w)
+                if w in bodies:
+                    todo.append(w)
+    return names
+
+
 def _region_guard_line(ff: F.FileFacts, pr: PreprocResult, rid: int) -> int | None:
     """Line of the outermost directive, in rid's chain, whose region is not YES."""
     prog = ff.program
@@ -616,6 +665,16 @@ def _judge(proj: CudaProject, relpath: str, target: CompileTarget, pr: PreprocRe
     def is_reached(path: str, top: int) -> bool:
         return (path, top) in reached or (path == relpath and top < 0)
 
+    expanded: set[str] | None = None  # macros reached code uses (lazily: few files define atoms in macros)
+
+    def atom_reached(path: str, h: F.IdentHit) -> bool:
+        nonlocal expanded
+        if not h.macro:
+            return is_reached(path, h.top)
+        if expanded is None:
+            expanded = _expanded_macros(proj, relpath, pr, facts, reached)
+        return h.macro in expanded
+
     def add_feature(fu: FeatureUse, supported: bool, state) -> None:
         res.features.append(fu)
         if supported:
@@ -658,8 +717,9 @@ def _judge(proj: CudaProject, relpath: str, target: CompileTarget, pr: PreprocRe
             if r is None:
                 continue
             if r.kind == "atom":
-                # atoms count where the package's own reached code names them
-                if vendored or not is_reached(path, h.top):
+                # atoms count where the package's own reached code names them (or expands a macro
+                # of the package naming them)
+                if vendored or not atom_reached(path, h):
                     continue
                 fu = FeatureUse(path, h.line, r.id, r.kind, h.text, sorted(r.supported_on))
                 res.features.append(fu)
@@ -751,7 +811,7 @@ def _judge(proj: CudaProject, relpath: str, target: CompileTarget, pr: PreprocRe
                                               f"calls {hit[0]}, which stops at run time on {target.name}: "
                                               f"{st.kind} at {st.path}:{st.line}")
     # entry points: which kernels each exported function reaches
-    own = proj.reader.read(relpath) or b""
+    own = proj.read(relpath) or b""
     kernel_names = {k.name for k in res.kernels}
     for name, (fn, line) in _exports(own.decode("utf-8", "replace")).items():
         got = _reach(proj, relpath, pr, facts, only_from=frozenset({fn}), scopes=scopes)
