@@ -152,3 +152,42 @@ def test_written_file_kind_from_the_generators_code():
     assert sorted({(o.how, o.path, o.where, o.suffix) for os_ in got.values() for o in os_}) == [
         ("copied", CSRC + "gemm_binding.cu", "genlib/jit/gemm.py:32", ""),  # `gen_directory / filename`
         ("rendered", CSRC + "umma_gemm.jinja", "genlib/jit/gemm.py:25", ".cu")]
+
+
+@pytest.mark.real
+def test_real_gemm_generators_sources(sp072):
+    """flashinfer 0.7.2.post1's CUTLASS GEMM generators: templates rendered per tile, csrc files copied."""
+    a = Analysis.open(sp072)
+    a.jit.find_all_sinks(a.graph)
+    by_fn = {}
+    for k in a.graph.r.sinks:
+        m = a.jit.module(k)
+        if m.path == "flashinfer/jit/gemm/core.py":
+            by_fn[m.function.rsplit(".", 1)[-1]] = m
+    csrc = "flashinfer/data/csrc/"
+    fp4 = by_fn["gen_gemm_sm100_module_cutlass_fp4"]
+    assert files(fp4) == [("generated", csrc + "fp4_gemm_cutlass.jinja"), ("resolved", csrc + "fp4_gemm_cutlass.cu")]
+    assert fp4.all_sources_resolved and len(fp4.sources) == 9  # the binding and 8 rendered instances
+    # gemm_sm100: three templates rendered, five csrc files copied into the generated directory
+    assert files(by_fn["gen_gemm_sm100_module"]) == sorted(
+        [("generated", csrc + f"{p}_sm100_kernel_inst.jinja")
+         for p in ("gemm_groupwise", "group_gemm_fp8_groupwise", "group_gemm_mxfp4_groupwise")]
+        + [("resolved", csrc + f) for f in ("gemm_groupwise_sm100.cu", "group_gemm_fp8_groupwise_sm100.cu",
+                                             "group_gemm_mxfp4_groupwise_sm100.cu", "gemm_sm100_binding.cu",
+                                             "group_gemm_sm100_binding.cu")])
+
+
+@pytest.mark.real
+def test_real_fp4_gemm_template_is_a_stub_on_sm120(sp072, reg):
+    """The rendered fp4 instance expands INSTANTIATE_FP4_GEMM_KERNEL_LAUNCHER, whose body names
+    cutlass::arch::Sm100 (nvcc: every kernel of the module is a trap/empty stub on sm_120f)."""
+    from archaudit.cuda.tu import CudaProject, FsReader
+
+    reader = FsReader(str(sp072))
+    files_ = reader.files("flashinfer")
+    proj = CudaProject(reader, CudaProject.discover_include_roots(files_, reader), files=files_)
+    ct = reg.compile_target(reg.parse("sm_120"))
+    res = proj.analyse_tu("flashinfer/data/csrc/fp4_gemm_cutlass.jinja", ct, None,
+                          {"ENABLE_BF16": "1", "ENABLE_FP4": "1", "CUTLASS_ENABLE_GDC_FOR_SM100": "1"})
+    assert (res.prediction, res.reason) == (
+        "stub", "arch-tag at flashinfer/data/include/flashinfer/gemm/fp4_gemm_template_sm100.h:130: cutlass::arch::Sm100")
