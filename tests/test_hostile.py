@@ -448,3 +448,36 @@ def test_rules_verify_text_is_not_markup(capsys, monkeypatch):
     assert "\x1b" not in out and "\x07" not in out
     assert "r[/b]: why\\x1b]8;;x\\x07" in out and "ptx.x[/red]" in out and "[link=https:evil]a" in out
     assert "bad\\x1b[31m" in out and "second line" in out
+
+
+@pytest.mark.real
+def test_real_tus_stay_well_inside_the_preprocessing_budgets(sp072, reg, monkeypatch):
+    # the two TUs of flashinfer 0.7.2 whose walks take the most work (CUTLASS included)
+    from archaudit.cuda import preproc
+    from archaudit.cuda.tu import CudaProject
+    from archaudit.pipeline import _Reader
+    from archaudit.sources import open_source
+
+    spent_by_condition = []
+    real_expand = preproc.Preprocessor.expand
+
+    def expand(self, toks, keep_names=False):
+        start = min(preproc.MAX_EXPANSION_WORK, self._tu_left)
+        try:
+            return real_expand(self, toks, keep_names)
+        finally:
+            spent_by_condition.append(start - self._left)
+
+    monkeypatch.setattr(preproc.Preprocessor, "expand", expand)
+    src = open_source(sp072)
+    files = src.files()
+    reader = _Reader(src)
+    proj = CudaProject(reader, CudaProject.discover_include_roots(files, reader), files=files)
+    target = reg.compile_target(reg.parse("sm_120"))
+    for rel in ("flashinfer/data/csrc/fmhaReduction.cu",
+                "flashinfer/data/csrc/fused_moe/trtllm_backend/trtllm_fused_moe_dev_kernel.cu"):
+        pr, pp = proj.preprocess(rel, target)
+        assert not [d for d in pr.diagnostics if d.kind == EXPANSION], rel
+        assert preproc.MAX_TU_WORK - pp._tu_left < preproc.MAX_TU_WORK // 3, rel
+        assert len(pr.files) > 700
+    assert max(spent_by_condition) < preproc.MAX_EXPANSION_WORK // 10
