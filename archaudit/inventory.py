@@ -20,9 +20,10 @@ from .model import (BUILD_FLAGS, NVCC_FLAGS, PARTIAL, SOFTWARE_ONLY, UNRESOLVED,
 from .targets import CompileTarget, Gpu, Registry, admits_of_nvcc_flags
 
 ADMITTED = "admitted"
-# a sink whose flags come from a parameter is judged once per call site of its function; past this
-# many callers the variants are not listed (the module is still judged once, flags unbound)
-MAX_VARIANTS = 16
+# a sink whose sources or flags come from parameters is judged once per chain of calls binding them,
+# at most this many chains per sink and this many callers up
+MAX_VARIANTS = 32
+MAX_BINDING_DEPTH = 3
 # flag problems that leave the architectures a build targets unknown
 _ARCH_UNKNOWN = ("flags-unknown", "flags-arch")
 
@@ -39,6 +40,11 @@ class ModuleRecord:
     build_gates: list[tuple[str, int, str]]  # (path, line, kind) of what fixes the architectures
     how: str  # "arch-list" | "hard-coded" | "default" | "unknown"
     hard_archs: tuple[str, ...] = ()  # the code targets of hard-coded flags
+    # what a compile of its sources needs besides the files (archaudit verify): the include
+    # directories (scan-relative), the -D defines and the other constant nvcc flags
+    include_paths: list[str] = field(default_factory=list)
+    defines: dict[str, str] = field(default_factory=dict)
+    cuda_flags: list[str] = field(default_factory=list)
     verdicts: dict[str, dict] = field(default_factory=dict)
 
     def to_json(self, reg: Registry) -> dict:
@@ -49,8 +55,19 @@ class ModuleRecord:
             "sources": list(self.sources),
             "build_admits": reg.sort_names(self.build_admits) if self.build_admits is not None else None,
             "build_gates": [{"path": p, "line": ln, "kind": k} for p, ln, k in self.build_gates],
+            "include_paths": list(self.include_paths),
+            "defines": dict(self.defines),
+            "cuda_flags": list(self.cuda_flags),
             "verdicts": self.verdicts,
         }
+
+
+def _open(jm: JitModule) -> bool:
+    """Whether a module's sources or architecture flags still depend on a parameter of the function
+    holding it (a module name or a -D value that does is no reason to look further)."""
+    why = [r for k, r in jm.unresolved if k.startswith("sources") or k in _ARCH_UNKNOWN]
+    why += [f.reason for f in jm.flag_items if f.kind == "unknown" and not f.text.startswith("-D")]
+    return any("parameter" in r for r in why)
 
 
 def build_admits(jm: JitModule, reg: Registry) -> tuple[frozenset | None, str, list[tuple[str, int, str]]]:
@@ -98,17 +115,29 @@ class Inventory:
                 self.problems.append(internal_error(jm.path, "JIT module inventory", e, jm.line))
 
     def _variants(self, jm: JitModule) -> list[tuple[JitModule, str]]:
-        """(module, generator) pairs: the module itself, or, when its flags are parameters of its
-        function, the module bound at each call of that function."""
-        needs_binding = any(f.kind == "unknown" and f.reason.startswith("parameter ") for f in jm.flag_items)
-        if not needs_binding:
-            return [(jm, jm.function)]
-        out = []
-        for c in self.analysis.graph.callers(jm.function)[:MAX_VARIANTS]:
-            bound = self.analysis.jit.flags_via(jm, c.path, c.line)
-            if bound is not None:
-                out.append((bound, c.caller))
-        return out or [(jm, jm.function)]
+        """(module, generator) pairs: the module itself when its sources and flags are known in its
+        own function; otherwise the module bound at each call of that function, and so on up the
+        callers (MAX_BINDING_DEPTH levels) while they stay open. The generator is the function
+        where the binding stopped."""
+        jit, graph = self.analysis.jit, self.analysis.graph
+        done: list[tuple[JitModule, str]] = []
+        frontier: list[tuple[list, str, JitModule]] = [([], jm.function, jm)]
+        for _ in range(MAX_BINDING_DEPTH):
+            nxt = []
+            for calls, fn, mod in frontier:
+                callers = graph.callers(fn) if _open(mod) else []
+                if not callers:
+                    done.append((mod, fn))
+                    continue
+                for c in callers[:MAX_VARIANTS]:
+                    bound = jit.module_via(jm.key, calls + [(c.path, c.line)])
+                    if bound is not None:
+                        nxt.append((calls + [(c.path, c.line)], c.caller, bound))
+            frontier = nxt
+            if not frontier or len(done) + len(frontier) > MAX_VARIANTS:
+                break
+        done += [(mod, fn) for _calls, fn, mod in frontier]
+        return done or [(jm, jm.function)]
 
     def _add(self, jm: JitModule, generator: str) -> None:
         [ref] = _module_refs(self.analysis, [BehindModule(jm, "inventory", [], None)]).values()
@@ -117,8 +146,10 @@ class Inventory:
         node = gctx.node if gctx is not None else None
         gen = (gctx.mod.path, node.line, generator) if node is not None else (jm.path, jm.line, generator)
         sources = sorted({s.path or s.text for s in jm.sources})
+        known_flags = [f.text for f in jm.flag_items if f.kind == "flag"]
         self.records.append(ModuleRecord(jm.name, gen, (jm.path, jm.line), sources, admits, gates, how,
-                                         tuple(jm.hard_coded_archs or ())))
+                                         tuple(jm.hard_coded_archs or ()), list(ref.include_roots),
+                                         dict(ref.defines), known_flags))
         self.refs.append(ref)
 
     def tu_requests(self, ct_of: dict[str, CompileTarget]) -> dict:

@@ -227,6 +227,10 @@ class Behind:
             resolver = self._returns_in(after)
         elif st.k == "return":
             resolver = selects = True
+            # `return gen_jit_spec(..., extra_cuda_cflags=[...])`: the gate is the build's flags
+            flag = self._flag_region(site, ctx, st, gate_link)
+            if flag is not None:
+                out.append(flag)
         elif st.k == "assign":
             names = [t.f["id"] for t in st.f["targets"] if t.k == "name"]
             flag = self._flag_region(site, ctx, st, gate_link)
@@ -312,8 +316,8 @@ class Behind:
             m = self.jit.module(key)
             if m is None:
                 continue
-            if any(f.path == site.path and (lo <= f.line <= hi) for f in m.flags) or (
-                    s.call.sb <= st.sb and st.eb <= s.call.eb and s.ctx is ctx):
+            if any(f.path == site.path and (lo <= f.line <= hi) for f in m.flags) or s.ctx is ctx and (
+                    s.call.sb <= st.sb and st.eb <= s.call.eb or st.sb <= s.call.sb and s.call.eb <= st.eb):
                 keys.append(key)
         if not keys:
             return None

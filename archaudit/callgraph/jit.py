@@ -141,8 +141,43 @@ class JitModel:
                 out.append(args[a.pos])
         return out
 
-    def _analyse(self, site: SinkSite) -> JitModule:
+    def module_via(self, key: str, calls: list[tuple[str, int]]) -> JitModule | None:
+        """The module of sink `key` with the parameters of its function bound along a chain of
+        calls: calls[0] calls the sink's function, calls[1] calls the function holding calls[0],
+        and so on. Arguments are evaluated outermost first, each in its caller's bindings (values
+        for ConstEval, argument nodes for FlagEval). None when a call cannot be found."""
+        site = self.r.sinks.get(key)
+        if site is None:
+            return None
+        fctx = site.ctx
+        chain = []
+        for path, line in calls:
+            while fctx is not None and fctx.kind != "function":
+                fctx = fctx.parent
+            if fctx is None:
+                return None
+            call, cctx = self._call_at(path, line, fctx.qual.rsplit(".", 1)[-1])
+            if call is None or call.f["star"]:
+                return None
+            chain.append((fctx, call, cctx))
+            fctx = cctx
+        env: dict = {}
+        bound: dict = {}
+        for fctx, call, cctx in reversed(chain):
+            b = bind_args(fctx, call, cctx, self.r, f"called at {cctx.mod.path}:{call.line}")
+            bound.update(b)
+            outer = env
+            env = {p: self.ce.eval(actx, node, outer if actx is cctx else {}) for (_f, p), (actx, node, _c) in b.items()}
+        saved = self.fe.bound
+        self.fe.bound = {**saved, **bound}
+        try:
+            return self._analyse(site, env)
+        finally:
+            self.fe.bound = saved
+
+    def _analyse(self, site: SinkSite, env: dict | None = None) -> JitModule:
         ctx, call, rule = site.ctx, site.call, site.rule
+        env = env or {}
         m = JitModule(key=site.key, name="?", name_resolved=False, rule=rule.id, kind=rule.kind,
                       path=ctx.mod.path, line=call.line, function=ctx.qualname)
         # name
@@ -150,7 +185,7 @@ class JitModel:
         if not names:
             m.unresolved.append(("name", "no name argument"))
         else:
-            vals = [self.ce.eval(ctx, n) for n in names]
+            vals = [self.ce.eval(ctx, n, env) for n in names]
             if all(isinstance(v, str) for v in vals):
                 m.name, m.name_resolved = "_".join(vals), True
             else:
@@ -176,7 +211,7 @@ class JitModel:
             m.unresolved.append(("sources-none", "no source list in the call (not an nvcc build from files)"))
         templates = written = None
         for n in srcs:
-            v = self.ce.eval(ctx, n)
+            v = self.ce.eval(ctx, n, env)
             if isinstance(v, Unknown):
                 m.unresolved.append((f"sources-{v.reason}", f"{_text(ctx, n)}: {v}"))
                 continue
@@ -184,7 +219,7 @@ class JitModel:
                 sf = self._source(item, rule.source_root)
                 if sf.status in ("unresolved", "missing"):
                     if written is None:
-                        written = self.gen.writes_before(ctx, call, {}) or {}
+                        written = self.gen.writes_before(ctx, call, env) or {}
                     got = _written_from(sf, item, written)
                     if got:
                         m.sources.extend(got)
@@ -218,7 +253,7 @@ class JitModel:
             if not any(f.kind in ("arch-list", "hard-coded", "unresolved") for f in found):
                 found.append(FlagSource("no-arch", ctx.mod.path, fl[0].line, _text(ctx, fl[0]), how="no architecture flag found"))
             m.flags.extend(_dedup(found))
-        self._compile_flags(site, rule, m)
+        self._compile_flags(site, rule, m, env)
         return m
 
     def _own_defines(self, sink_def: str, local: str) -> dict[str, str]:
@@ -231,7 +266,7 @@ class JitModel:
             got = self._own[(sink_def, local)] = defines_of([f.text for f in flags if f.kind == "flag" and not f.condition])
         return got
 
-    def _compile_flags(self, site: SinkSite, rule, m: JitModule) -> None:
+    def _compile_flags(self, site: SinkSite, rule, m: JitModule, env: dict | None = None) -> None:
         """cuda_cflags, defines, hard-coded archs and include paths of one sink call."""
         ctx, call = site.ctx, site.call
         if rule.cuda_flags:
@@ -264,7 +299,7 @@ class JitModel:
             # so that flags re-evaluated for a call on a gate's chain keep them too)
             m.defines = {**self._own_defines(site.callee, rule.own_flags), **m.defines}
         for n in self._arg(call, rule.include_paths):
-            v = self.ce.eval(ctx, n)
+            v = self.ce.eval(ctx, n, env or {})
             items = flatten_values(v) if not isinstance(v, Unknown) else [v]
             for it in items:
                 d, why = self._include_dir(it)
@@ -499,25 +534,47 @@ class JitModel:
 
     # ------------------------------------------------------------------ whole scan
     def find_all_sinks(self, graph, progress=None) -> list[JitModule]:
-        """Every sink in the scan: modules whose bytes name a sink are expanded, then analysed."""
+        """Every sink in the scan: modules whose bytes name a sink are expanded, then analysed.
+        A sink outside the scan (`torch.utils.cpp_extension.load`) counts only in a module whose
+        bytes also name every package component before it: its last name alone (`load`) is in
+        half the modules of a serving stack."""
         rules = self.r.rules
-        words = set(rules.by_def_name) | {e.rsplit(".", 1)[-1] for e in rules.by_external} | set(rules.base_names)
-        pat = re.compile(rb"\b(" + b"|".join(re.escape(w.encode()) for w in sorted(words)) + rb")\b")
+        # word -> the byte strings that must also be in the module for the word to name a sink
+        needs: dict[bytes, list[tuple[bytes, ...]]] = {}
+        for w in set(rules.by_def_name) | set(rules.base_names):
+            needs.setdefault(w.encode(), []).append(())
+        for e in rules.by_external:
+            *pkg, last = e.split(".")
+            needs.setdefault(last.encode(), []).append(tuple(p.encode() for p in pkg))
         mods = sorted(self.r.index.path_of)
-        wb = [w.encode() for w in words]
-        for i, m in enumerate(mods):
-            data = self.r.index.source_bytes(m)
-            if not any(w in data for w in wb) or not pat.search(data):
-                continue
-            if progress and i % 100 == 0:
-                progress(f"JIT sinks: {i}/{len(mods)} modules")
-            mod = self.r.module(m)
-            if mod is None:
-                continue
-            graph.expand(m)
-            for q, node in list(mod.all_functions()) + list(mod.classes.items()):
-                if pat.search(data, node.sb, node.eb):
-                    graph.expand(f"{m}.{q}")
+        done: dict[str, list] = {}  # module -> the words it was searched for
+        while True:  # again when a scanned subclass of a sink class (JitSpecCuteDsl) is a new word
+            grew = False
+            for i, m in enumerate(mods):
+                data = self.r.index.source_bytes(m)
+                words = [w for w, alts in needs.items() if w in data and any(all(p in data for p in a) for a in alts)]
+                if not words or done.get(m) == words:
+                    continue
+                pat = re.compile(rb"\b(" + b"|".join(re.escape(w) for w in sorted(words)) + rb")\b")
+                if not pat.search(data):
+                    continue
+                done[m] = words
+                if progress and i % 100 == 0:
+                    progress(f"JIT sinks: {i}/{len(mods)} modules")
+                mod = self.r.module(m)
+                if mod is None:
+                    continue
+                graph.expand(m)
+                for q, node in list(mod.all_functions()) + list(mod.classes.items()):
+                    if pat.search(data, node.sb, node.eb):
+                        graph.expand(f"{m}.{q}")
+                for q in mod.classes:
+                    name = q.rsplit(".", 1)[-1].encode()
+                    if name not in needs and self.r.jitspec_rule(f"{m}.{q}") is not None:
+                        needs[name] = [()]
+                        grew = True
+            if not grew:
+                break
         return [self.module(k) for k in sorted(self.r.sinks)]
 
 
