@@ -19,7 +19,7 @@ def patch_cmd(path, target, include_partial, output, quiet):
     `git apply -p0`) that makes each software-only gate admit TARGET, including the gates further
     down its chain. Hardware-bound, binary-only and unresolved gates are never patched."""
     from .cli import parse_targets
-    from .judge import patch_gates_of
+    from .judge import patch_gates_of, protected_functions
     from .patch import combined_patch
     from .targets import registry
 
@@ -39,6 +39,7 @@ def patch_cmd(path, target, include_partial, output, quiet):
             click.echo(f"archaudit: no software-only gate excludes {req.gpu.name}; nothing to patch", err=True)
         raise SystemExit(0)
     patcher = result.patcher
+    patcher.protected = protected_functions(result.findings, req.gpu.name)
     diff, done = combined_patch(patcher, gates, req.gpu)
     write_output(diff, output)
     if not quiet:

@@ -378,6 +378,7 @@ def judge_gates(gates: list[Gate], gpus: list[tuple[Gpu, CompileTarget]], behind
     cache: dict[tuple[str, int], Behind] = {}
     before_cache: dict[tuple[str, int, int], list[tuple[str, Gate]]] = {}
     findings: list[Finding] = []
+    pending: list = []  # software-only and partial findings, planned once every verdict is known
     excluding = [(g, gpu, ct) for g in gates for gpu, ct in gpus if gpu.name not in g.admits]
 
     def earlier_of(g: Gate) -> list[tuple[str, Gate]]:
@@ -455,15 +456,13 @@ def judge_gates(gates: list[Gate], gpus: list[tuple[Gpu, CompileTarget]], behind
                 for eg in stopped)
         if f.verdict in (SOFTWARE_ONLY, PARTIAL) and patcher is not None:
             # partial: the plan still applies, for the entry points the reason names as real
-            try:
-                _patch_plan(f, g, gpu, b, by_place, patcher, first=stopped)
-            except Exception as e:  # noqa: BLE001 - the verdict stands; the patch is what is missing
-                f.reason += "; " + fail(g, "patch planning", e)
+            pending.append((f, g, gpu, b, stopped))
         findings.append(f)
     if problems is not None:
         problems.extend(Diagnostic(p, "analysis-budget", f"the call-graph search from this file's gates stopped at its "
                                    f"budget of {JUDGE_WORK_BUDGET:,} steps; {n} gates not followed (unresolved)")
                         for p, n in sorted(stopped_at.items()))
+    _plan_all(pending, findings, by_place, patcher, fail)
     return sorted(findings, key=Finding.sort_key)
 
 
@@ -494,6 +493,34 @@ def _test_false(g: Gate, gpu: str) -> bool:
 def patch_gates_of(f: Finding, gates: list[Gate]) -> list[Gate]:
     """The gates a finding's patch plan edits: its own, then those down its chain."""
     return list(f.plan) or [f.gate]
+
+
+def protected_functions(findings: list[Finding], target: str) -> set[str]:
+    """Functions that a gate the target may not pass (hardware-bound, unresolved, binary-only) holds
+    or goes through: a patch for another gate does not edit them, nor a module constant they read
+    (the edit would let the target through there too)."""
+    out: set[str] = set()
+    for f in findings:
+        if f.target == target and f.verdict not in (SOFTWARE_ONLY, PARTIAL):
+            out.update([f.gate.function] + [v[len("inferred "):] for v in f.gate.via if v.startswith("inferred ")])
+    return out
+
+
+def _plan_all(pending: list, findings: list[Finding], by_place, patcher, fail) -> None:
+    """The patch plans, once every verdict is known (see protected_functions)."""
+    protected: dict[str, set[str]] = {}
+    try:
+        for f, g, gpu, b, stopped in pending:
+            if gpu.name not in protected:
+                protected[gpu.name] = protected_functions(findings, gpu.name)
+            patcher.protected = protected[gpu.name]
+            try:
+                _patch_plan(f, g, gpu, b, by_place, patcher, first=stopped)
+            except Exception as e:  # noqa: BLE001 - the verdict stands; the patch is what is missing
+                f.reason += "; " + fail(g, "patch planning", e)
+    finally:
+        if patcher is not None:
+            patcher.protected = set()
 
 
 def _patch_plan(f: Finding, g: Gate, gpu: Gpu, b: Behind, by_place, patcher, first: list[Gate] = ()) -> None:

@@ -214,6 +214,10 @@ class Patcher:
         self.reg = reg
         self.evaluate = evaluate
         self.binding = binding  # (module, name) -> the value bound there, None when unbound
+        # qualified names of functions a gate the target may not pass holds or goes through (set
+        # by judge._plan_all per target): not edited for another gate, nor the constants they read
+        self.protected: set[str] = set()
+        self.held: list[str] = []
 
     def patch(self, gate: Gate, gpu: Gpu, source: Source | None = None) -> Patch:
         """source: where to read and evaluate (an overlay carrying earlier edits), default the scan."""
@@ -230,6 +234,7 @@ class Patcher:
         if data is None:
             return Patch(gate.path, None, "cannot read the file")
         text = data.decode("utf-8", "surrogateescape")
+        self.held = []  # protected functions the gate's value is decided in (set by _scope_edits)
         if gate.kind == BUILD_FLAGS and not self._call_at(text, gate):
             # the inventory's gate at a generator's def: its flags are edited at the build call(s)
             # the patch plan names (judge._patch_plan)
@@ -246,8 +251,10 @@ class Patcher:
             edits = []
         if self._covered(gate, gpu):
             return Patch(gate.path, None, f"admits {gpu.name} with the edits before it", covered=True)
+        held = ("; not edited, since a gate " + gpu.name + " may not pass (hardware-bound, unresolved or binary-only) "
+                "also holds or goes through it: " + ", ".join(self.held)) if self.held else ""
         if not edits:
-            return Patch(gate.path, None, self._why_none(text, gate, gpu))
+            return Patch(gate.path, None, self._why_none(text, gate, gpu) + held)
         tried = []
         for path, new_text, what in edits[:MAX_CANDIDATES]:
             old_text = text if path == gate.path else (self.source.read(path) or b"").decode("utf-8", "surrogateescape")
@@ -262,7 +269,7 @@ class Patcher:
                 return Patch(path, unified_diff(path, old_text, new_text), what, new_text)
         more = f"; and {len(tried) - 4} more" if len(tried) > 4 else ""
         return Patch(gate.path, None, "no candidate edit made the gate admit " + gpu.name + " when re-evaluated: "
-                     + "; ".join(tried[:4]) + more)
+                     + "; ".join(tried[:4]) + more + held)
 
     def _covered(self, gate: Gate, gpu: Gpu) -> bool:
         """Whether edits made before this gate's (the overlay's files: an earlier gate of a combined
@@ -382,7 +389,7 @@ class Patcher:
         # a constant: list(NAME) or NAME, defined at module level in this file
         name = val.args[0].id if (isinstance(val, ast.Call) and val.args and isinstance(val.args[0], ast.Name)) else (
             val.id if isinstance(val, ast.Name) else None)
-        if name is None:
+        if name is None or self._shared_constants(gate.path, _parse_or_none(text))(name):
             return []
         m = re.search(rf"^{re.escape(name)}\s*(?::[^=\n]*)?=\s*([\[\(][^\]\)]*[\]\)])", text, re.M)
         if not m:
@@ -407,11 +414,14 @@ class Patcher:
         the gate's expression) and in the functions its resolution went through (`inferred f` in
         its via): where the value the gate tests is decided."""
         out = []
-        places = [(gate.path, text, gate.line, None)]
+        places = [(gate.path, text, gate.line, None)] if gate.function not in self.protected else []
+        held = [gate.function] if gate.function in self.protected else []
         for v in gate.via:
             # not a function named for an architecture (`is_sm100_supported`, `_sm103`): making it
             # true on the target would change what its name says for every caller
-            if v.startswith("inferred ") and "<" not in v and not _NAMES_ARCH.search(v.rsplit(".", 1)[-1]):
+            if v.startswith("inferred ") and v[len("inferred "):] in self.protected:
+                held.append(v[len("inferred "):])
+            elif v.startswith("inferred ") and "<" not in v and not _NAMES_ARCH.search(v.rsplit(".", 1)[-1]):
                 where = self._function_place(v[len("inferred "):])
                 if where is not None:
                     places.append(where)
@@ -424,9 +434,23 @@ class Patcher:
             seen.add((path, fn.lineno))
             skip = gate_span if path == gate.path else None
             where = f" in {qual} (for every caller of it)" if qual else ""
-            for new_text, what in _scope_value_edits(ftext, tree, fn, self.reg, gpu, skip):
+            for new_text, what in _scope_value_edits(ftext, tree, fn, self.reg, gpu, skip,
+                                                     self._shared_constants(path, tree)):
                 out.append((path, new_text, what + where))
+        self.held = held
         return out
+
+    def _shared_constants(self, path: str, tree: ast.Module | None):
+        """name -> whether a protected function of this module reads the module constant `name`."""
+        mod = self.index.module_of_path.get(path)
+        quals = [q[len(mod) + 1:] for q in self.protected if mod and q.startswith(mod + ".")]
+        if mod in self.protected:  # a gate at module level: every constant of the module is read there
+            return lambda name: True
+        used: set[str] = set()
+        for q in quals:
+            fn = _def_named(tree, q) if tree is not None else None
+            used |= {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)} if fn is not None else set()
+        return lambda name: name in used
 
     def _function_place(self, qualname: str) -> tuple[str, str, int, str] | None:
         """(path, text, 0, qualified name inside the module) of a function named by its dotted name."""
@@ -515,7 +539,7 @@ class Patcher:
                 continue
             v = self.binding(modname, n.func.id) if modname else None
             f = v.single() if v is not None and hasattr(v, "single") else None
-            if not isinstance(f, FuncRef):
+            if not isinstance(f, FuncRef) or f.fullname in self.protected:
                 continue
             mod = self.index.module(f.module, full=True)
             node = mod.function_node(f.qual, f.key) if mod is not None else None
@@ -585,7 +609,8 @@ class Patcher:
         for n in ast.walk(expr):
             if isinstance(n, ast.Compare):
                 out += [(path, t, what) for t, what, _effect in
-                        _compare_edits(text, n, span_of, self.reg, gpu, tree, _parent_of(expr, n))]
+                        _compare_edits(text, n, span_of, self.reg, gpu, tree, _parent_of(expr, n),
+                                       self._shared_constants(path, tree))]
         # an explicit capability test, when the module has torch at hand: beside a predicate, or
         # beside a comparison with a capability literal (`minor >= 7`: true or false on the target,
         # as the re-evaluation shows); never beside a test on a value (`x is None`), which guards
@@ -852,7 +877,7 @@ def _module_literal(tree: ast.Module | None, name: str) -> ast.expr | None:
 
 
 def _compare_edits(text: str, n: ast.Compare, span_of, reg: Registry, gpu: Gpu, tree: ast.Module | None,
-                   parent: ast.AST | None) -> list[tuple[str, str, int]]:
+                   parent: ast.AST | None, shared=lambda name: False) -> list[tuple[str, str, int]]:
     """Edits of one comparison that let the target's value through it (which one the gate needs,
     true or false, is for the re-evaluation to show), each with what it makes the comparison on
     the target (1 true, -1 false):
@@ -866,7 +891,7 @@ def _compare_edits(text: str, n: ast.Compare, span_of, reg: Registry, gpu: Gpu, 
     if isinstance(op, (ast.In, ast.NotIn)):
         seq = right
         if isinstance(right, ast.Name):
-            seq = _module_literal(tree, right.id)
+            seq = _module_literal(tree, right.id) if not shared(right.id) else None
             if isinstance(seq, ast.Dict):
                 got = _table_edit(text, seq, reg, gpu)
                 return [(*got, sign)] if got else []
@@ -994,9 +1019,9 @@ def _def_named(tree: ast.Module, qual: str) -> ast.AST | None:
 
 
 def _scope_value_edits(text: str, tree: ast.Module, fn: ast.AST, reg: Registry, gpu: Gpu,
-                       skip: tuple[int, int] | None) -> list[tuple[str, str]]:
+                       skip: tuple[int, int] | None, shared=lambda name: False) -> list[tuple[str, str]]:
     """Comparison and table edits inside one function (outside `skip`, the gate's own span), and
-    in the module-level tables and literals it names."""
+    in the module-level tables and literals it names (not those `shared` says another gate reads)."""
     out = []
 
     def span_of(n):
@@ -1011,14 +1036,15 @@ def _scope_value_edits(text: str, tree: ast.Module, fn: ast.AST, reg: Registry, 
             # a test whose branch leaves the function (`if cap < 9: return False`) is not made to
             # take the target there: the edit would turn the target away from the code after it
             exits = _exit_polarity(fn, n)
-            out += [(t, what) for t, what, effect in _compare_edits(text, n, span_of, reg, gpu, tree, _parent_of(fn, n))
+            out += [(t, what) for t, what, effect in
+                    _compare_edits(text, n, span_of, reg, gpu, tree, _parent_of(fn, n), shared)
                     if exits is None or effect * exits < 0]
         elif isinstance(n, ast.Dict):
             got = _table_edit(text, n, reg, gpu)
             if got:
                 out.append(got)
     names = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-    for name in sorted(names):
+    for name in sorted(names - {x for x in names if shared(x)}):
         lit = _module_literal(tree, name)
         if isinstance(lit, ast.Dict):
             got = _table_edit(text, lit, reg, gpu)
