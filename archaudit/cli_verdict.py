@@ -39,7 +39,7 @@ def patch_cmd(path, target, include_partial, output, quiet):
             click.echo(f"archaudit: no software-only gate excludes {req.gpu.name}; nothing to patch", err=True)
         raise SystemExit(0)
     patcher = result.patcher
-    patcher.protected = protected_functions(result.findings, req.gpu.name)
+    patcher.protected = protected_functions(result.findings, result.gates, req.gpu.name)
     diff, done = combined_patch(patcher, gates, req.gpu)
     write_output(diff, output)
     if not quiet:

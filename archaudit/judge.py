@@ -495,14 +495,17 @@ def patch_gates_of(f: Finding, gates: list[Gate]) -> list[Gate]:
     return list(f.plan) or [f.gate]
 
 
-def protected_functions(findings: list[Finding], target: str) -> set[str]:
-    """Functions that a gate the target may not pass (hardware-bound, unresolved, binary-only) holds
-    or goes through: a patch for another gate does not edit them, nor a module constant they read
-    (the edit would let the target through there too)."""
+def protected_functions(findings: list[Finding], gates: Iterable[Gate], target: str) -> set[str]:
+    """Functions that a gate other than the software-only and partial ones for the target holds or
+    goes through (one the target may not pass, or one whose outcome on the target is fine as it
+    is): a patch does not edit them outside its own gate, nor a module constant they read (the edit
+    would change that gate's outcome too)."""
+    patchable = {(f.gate.path, f.gate.line, f.gate.col) for f in findings
+                 if f.target == target and f.verdict in (SOFTWARE_ONLY, PARTIAL)}
     out: set[str] = set()
-    for f in findings:
-        if f.target == target and f.verdict not in (SOFTWARE_ONLY, PARTIAL):
-            out.update([f.gate.function] + [v[len("inferred "):] for v in f.gate.via if v.startswith("inferred ")])
+    for g in gates:
+        if (g.path, g.line, g.col) not in patchable:
+            out.update([g.function] + [v[len("inferred "):] for v in g.via if v.startswith("inferred ")])
     return out
 
 
@@ -512,7 +515,7 @@ def _plan_all(pending: list, findings: list[Finding], by_place, patcher, fail) -
     try:
         for f, g, gpu, b, stopped in pending:
             if gpu.name not in protected:
-                protected[gpu.name] = protected_functions(findings, gpu.name)
+                protected[gpu.name] = protected_functions(findings, by_place.values(), gpu.name)
             patcher.protected = protected[gpu.name]
             try:
                 _patch_plan(f, g, gpu, b, by_place, patcher, first=stopped)

@@ -214,8 +214,8 @@ class Patcher:
         self.reg = reg
         self.evaluate = evaluate
         self.binding = binding  # (module, name) -> the value bound there, None when unbound
-        # qualified names of functions a gate the target may not pass holds or goes through (set
-        # by judge._plan_all per target): not edited for another gate, nor the constants they read
+        # qualified names of functions another gate holds or goes through (judge.protected_functions,
+        # per target): not edited outside the gate, nor the module constants they read
         self.protected: set[str] = set()
         self.held: list[str] = []
 
@@ -251,8 +251,8 @@ class Patcher:
             edits = []
         if self._covered(gate, gpu):
             return Patch(gate.path, None, f"admits {gpu.name} with the edits before it", covered=True)
-        held = ("; not edited, since a gate " + gpu.name + " may not pass (hardware-bound, unresolved or binary-only) "
-                "also holds or goes through it: " + ", ".join(self.held)) if self.held else ""
+        held = ("; not edited, since another gate, which is not to be patched for " + gpu.name + ", also holds or "
+                "goes through it: " + ", ".join(self.held)) if self.held else ""
         if not edits:
             return Patch(gate.path, None, self._why_none(text, gate, gpu) + held)
         tried = []
