@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import time
 
 import click
@@ -71,12 +72,15 @@ def verify_cmd(path, target, modules, gates, jobs, timeout, includes, nvcc_flags
     say = None if quiet else (lambda msg: click.echo(shown(msg), err=True))
     if say:
         say(f"archaudit verify: {len(cands)} module(s) for {req.gpu.name} ({ct}), nvcc {tools.version or '?'}")
+    signal.signal(signal.SIGTERM, _stop)  # `timeout 600 archaudit verify ...` ends the compiles too
     try:
         checks = V.verify(path, cands, reg, req.gpu.name, ct, tools, scan_roots_of, includes, nvcc_flags,
                           jobs or V.default_jobs(), timeout, say)
     except KeyboardInterrupt:  # not click's "Aborted!" and exit 1, which would read as a refutation
         click.echo("archaudit verify: interrupted; the compiles in flight were ended", err=True)
         raise SystemExit(130) from None
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
     summ = V.summary(checks)
     summ["wall_s"] = round(time.monotonic() - t0, 1)
     if fmt == "json":
@@ -86,6 +90,10 @@ def verify_cmd(path, target, modules, gates, jobs, timeout, includes, nvcc_flags
         text = render_text(checks, summ, req.gpu.name, ct)
     write_output(text, output)
     raise SystemExit(1 if summ["refuted"] else 0)
+
+
+def _stop(signum, frame):
+    raise KeyboardInterrupt
 
 
 def render_text(checks, summ: dict, gpu: str, ct: str) -> str:

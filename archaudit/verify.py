@@ -732,7 +732,7 @@ def verify(root: str, candidates: list[Candidate], reg, gpu_name: str, target: s
         control = compile_tu(tools, build, ctrl, timeout) if res.outcome == "error" and ctrl is not None else None
         for _check, tu in units[key]:
             tu.result, tu.control = res, control
-        if progress is not None:
+        if progress is not None and not _RUNNING.stopping:
             with lock:
                 done[0] += 1
                 n = done[0]
@@ -742,6 +742,7 @@ def verify(root: str, candidates: list[Candidate], reg, gpu_name: str, target: s
                      f"{res.outcome}{stage}, {res.wall_s} s{extra}")
 
     if units:
+        _RUNNING.stopping = False
         ex = ThreadPoolExecutor(max_workers=max(1, jobs))
         try:
             list(ex.map(job, list(units)))

@@ -403,3 +403,40 @@ def test_define_of_unknown_value_is_not_compiled(monkeypatch, reg):
                    V.Tools("nvcc", "v"), lambda top: [])
     assert (c.result, c.why) == ("not verified", "the value of the module's -DTARGET_MINOR is unknown to archaudit: "
                                                  "nothing to compile it with")
+
+
+def test_terminated_verify_ends_its_compiles(tmp_path):
+    """SIGTERM (as `timeout` sends) while compiles run: exit 130 and no compile process left (each
+    runs in a session of its own, so the signal does not reach it by itself)."""
+    import signal
+    import time
+
+    marker = f"{os.getpid() % 1000}.{time.time_ns() % 1000}"
+    fake = tmp_path / "nvcc"
+    fake.write_text(f'#!/bin/sh\n[ "$1" = --version ] && {{ echo "release 13.0, V13.0.88"; exit 0; }}\nexec sleep {marker}\n')
+    fake.chmod(0o755)
+    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"}
+    p = subprocess.Popen([sys.executable, "-m", "archaudit", "verify", str(FIXTURES / "verify"), "-t", "sm_120", "-j", "2"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
+
+    def sleepers():
+        out = []
+        for pid in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                    if marker.encode() in fh.read():
+                        out.append(pid)
+            except OSError:
+                pass
+        return out
+
+    deadline = time.monotonic() + 240
+    while not sleepers() and time.monotonic() < deadline and p.poll() is None:
+        time.sleep(0.2)
+    assert sleepers(), "the compiles never started"
+    p.send_signal(signal.SIGTERM)
+    _out, err = p.communicate(timeout=60)
+    assert p.returncode == 130
+    assert err.splitlines()[-1] == "archaudit verify: interrupted; the compiles in flight were ended"
+    time.sleep(0.5)
+    assert sleepers() == []
