@@ -104,6 +104,7 @@ class Inventory:
         self.records: list[ModuleRecord] = []
         self.refs: list[ModuleRef] = []  # parallel to records
         self.problems: list[Diagnostic] = []
+        self._seen: set = set()
 
     def collect(self, progress=None) -> None:
         jit = self.analysis.jit
@@ -147,9 +148,15 @@ class Inventory:
         gen = (gctx.mod.path, node.line, generator) if node is not None else (jm.path, jm.line, generator)
         sources = sorted({s.path or s.text for s in jm.sources})
         known_flags = [f.text for f in jm.flag_items if f.kind == "flag"]
-        self.records.append(ModuleRecord(jm.name, gen, (jm.path, jm.line), sources, admits, gates, how,
-                                         tuple(jm.hard_coded_archs or ()), list(ref.include_roots),
-                                         dict(ref.defines), known_flags))
+        rec = ModuleRecord(jm.name, gen, (jm.path, jm.line), sources, admits, gates, how,
+                           tuple(jm.hard_coded_archs or ()), list(ref.include_roots), dict(ref.defines), known_flags)
+        # two call chains that bind the same variant (a generator called from several places)
+        key = (rec.name, rec.generator, rec.sink, tuple(rec.sources), rec.hard_archs, tuple(sorted(rec.defines.items())),
+               tuple(rec.cuda_flags))
+        if key in self._seen:
+            return
+        self._seen.add(key)
+        self.records.append(rec)
         self.refs.append(ref)
 
     def tu_requests(self, ct_of: dict[str, CompileTarget]) -> dict:
