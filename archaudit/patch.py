@@ -1244,6 +1244,16 @@ def combined_patch(patcher: Patcher, gates: list[Gate], gpu: Gpu,
         overlay = OverlaySource(patcher.source, current)
         moved = g.line + sum(k for at, k in inserted.get(g.path, ()) if g.line > at)
         p = patcher.patch(dataclasses.replace(g, line=moved) if moved != g.line else g, gpu, overlay)
+        if p.new_text is None and not p.covered and g.path in current:
+            # an earlier arm of the same function, patched above, now takes the target away first
+            text = current[g.path].decode("utf-8", "surrogateescape")
+            earlier = next((g0 for g0, p0 in done if g0.path == g.path and p0.new_text is not None
+                            and g0.region == "branch" and g0.line < g.line
+                            and _served_earlier(text, g0.line + sum(k for at, k in inserted.get(g.path, ())
+                                                                    if g0.line > at), moved)), None)
+            if earlier is not None:
+                p = Patch(g.path, None, f"{gpu.name} takes the arm at line {earlier.line}, patched above, and no longer "
+                          "reaches this gate", covered=True)
         done.append((g, p))
         if p.new_text is not None:
             if p.path not in original:
@@ -1258,6 +1268,28 @@ def combined_patch(patcher: Patcher, gates: list[Gate], gpu: Gpu,
     diff = "".join(unified_diff(path, original[path], current[path].decode("utf-8", "surrogateescape"))
                    for path in sorted(current, key=order.index))
     return diff, sorted(done, key=lambda gp: (gp[0].path, gp[0].line))
+
+
+def _served_earlier(text: str, first: int, line: int) -> bool:
+    """Whether the `if` tested on line `first`, when its test is true, keeps control from the `if`
+    tested on `line`: the later one is an `elif`/`else` of it, or comes after it (or inside a
+    statement after it) in the same block while its body ends in return or raise."""
+    tree = _parse_or_none(text)
+    if tree is None:
+        return False
+    ifs = {n.test.lineno: n for n in ast.walk(tree) if isinstance(n, ast.If)}
+    s0, s1 = ifs.get(first), ifs.get(line)
+    if s0 is None or s1 is None:
+        return False
+    if any(n is s1 for st in s0.orelse for n in ast.walk(st)):
+        return True
+    if not (s0.body and isinstance(s0.body[-1], (ast.Return, ast.Raise))):
+        return False
+    for block in (getattr(n, f, None) for n in ast.walk(tree) for f in ("body", "orelse", "finalbody")):
+        if isinstance(block, list) and any(st is s0 for st in block):
+            after = block[[id(st) for st in block].index(id(s0)) + 1:]
+            return any(n is s1 for st in after for n in ast.walk(st))
+    return False
 
 
 def _inserted_lines(old: str, new: str) -> list[tuple[int, int]]:

@@ -36,6 +36,13 @@ EXPECTED = {
         ("gpukit/configs.py", "-        if minor >= 7:"),
         ("gpukit/configs.py", "+    if major in (10, 12):"),
         ("gpukit/configs.py", "+        if minor >= 7 or torch.cuda.get_device_capability()[0] == 12:")],
+    # an if/elif chain on the capability: each arm alone; in the combined patch the first serves sm_120
+    ("gpukit/configs.py", 34): [
+        ("gpukit/configs.py", "-    if capability == (10, 0):"),
+        ("gpukit/configs.py", "+    if capability in ((10, 0), (12, 0)):")],
+    ("gpukit/configs.py", 36): [
+        ("gpukit/configs.py", "-    elif capability == (10, 3):"),
+        ("gpukit/configs.py", "+    elif capability in ((10, 3), (12, 0)):")],
     # a predicate named for an architecture is extended where it is used, not redefined
     ("gpukit/configs.py", 27): [
         ("gpukit/configs.py", "-    if not (x.is_cuda and _sm103(x.device)):"),
@@ -141,25 +148,31 @@ def test_no_safe_edit_says_why_and_that_the_patch_is_manual(tmp_path, reg):
 
 
 def test_round_trip(tmp_path, reg):
-    """`archaudit patch` on a copy, applied with patch -p0: every gate admits sm_120 and no
-    finding is left; the gates no edit touched are as they were."""
+    """`archaudit patch` on a copy, applied with patch -p0: every patched gate admits sm_120, the
+    findings left are the unpatched ones, and the gates no edit touched are as they were."""
     if shutil.which("patch") is None:
         pytest.skip("patch(1) is needed")
     copy = tmp_path / "patches"
     shutil.copytree(ROOT, copy)
     before = scan(copy, [reg.parse("sm_120")])
-    r = CliRunner().invoke(main, ["patch", str(copy), "-t", "sm_120", "-q"])
+    diff_file = tmp_path / "p.diff"
+    r = CliRunner().invoke(main, ["patch", str(copy), "-t", "sm_120", "-o", str(diff_file)])
     assert r.exit_code == 0, r.output
-    assert r.output.count("+++ ") == 7  # one diff per file, each file once
-    subprocess.run(["patch", "-p0", "--quiet"], input=r.output, text=True, cwd=copy, check=True)
+    assert ("covered: gpukit/configs.py:36: sm_120 takes the arm at line 34, patched above, and no longer reaches "
+            "this gate") in r.output  # the messages (stderr)
+    assert "NOT patched: gpukit/dispatch.py:24: " in r.output
+    diff = diff_file.read_text()
+    assert diff.count("+++ ") == 7  # one diff per file, each file once
+    subprocess.run(["patch", "-p0", "--quiet"], input=diff, text=True, cwd=copy, check=True)
     again = scan(copy, [reg.parse("sm_120")])
+    # left: the gate no edit may touch, the hardware-bound one; configs.py:36 is served by line 34's arm
     assert {(f.gate.path, f.gate.line): f.verdict for f in again.findings} == UNPATCHED
     # gates by what they are (the table entry moves the gate of bmm.py one line down)
     old = {(g.path, g.kind, g.expr): g for g in before.gates}
     new = {(g.path, g.kind, g.expr): g for g in again.gates}
-    patched = {(p, ln) for p, ln in EXPECTED}
+    patched = {(p, ln) for p, ln in EXPECTED} - {("gpukit/configs.py", 36)}  # covered: not edited
     changed = {k for k in old if (k[0], old[k].line) in patched}
-    assert len(changed) == len(EXPECTED)
+    assert len(changed) == len(patched)
     for k in changed:  # the edited expression is no longer found under its old text, or admits sm_120
         assert k not in new or "sm_120" in new[k].admits, k
     untouched = [k for k in old if k not in changed]
