@@ -2,14 +2,13 @@
 reader, the file system walk and the terminal. Each case asserts the exact outcome (diagnostic
 kind, file and line, exit code, the gates beside it), and bombs a bound on time and memory: they
 run in a process of their own under RLIMIT_AS (1.5 GiB: the analysis thread alone reserves a
-512 MiB stack) whose peak RSS is read back from wait4. Large inputs are generated here; the small
+512 MiB stack) whose peak RSS (with its workers') is read back from wait4. Large inputs are generated here; the small
 ones are the fixture package fixtures/hostile/hostpkg (see its README)."""
 from __future__ import annotations
 
 import io
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -34,31 +33,49 @@ MAX_RSS_MB = 500
 AS_LIMIT = 3 << 29  # 1.5 GiB
 
 
+# The command runs as the grandchild of pytest, under a small Python that forks it: a process
+# forked from pytest itself starts with pytest's resident pages, and Linux carries that high-water
+# mark into ru_maxrss across exec, so the measure would be pytest's size, not the scan's.
+_MEASURE = r"""
+import json, os, resource, signal, sys
+report, limit, seconds, args = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), sys.argv[4:]
+pid = os.fork()
+if pid == 0:
+    os.close(report)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    os.execv(sys.executable, [sys.executable, "-c", "from archaudit.cli import run; run()", *args])
+signal.signal(signal.SIGALRM, lambda *_: os.kill(pid, signal.SIGKILL))
+signal.setitimer(signal.ITIMER_REAL, seconds)
+while True:
+    try:
+        _, status, ru = os.wait4(pid, 0)
+        break
+    except InterruptedError:
+        continue
+signal.setitimer(signal.ITIMER_REAL, 0)
+os.write(report, json.dumps([os.waitstatus_to_exitcode(status), ru.ru_maxrss]).encode())
+"""
+
+
 def run_bounded(*args: str, cwd=None) -> tuple[int, str, str, float, float]:
     """archaudit ARGS in a process of its own: (exit code, stdout, stderr, seconds, peak RSS in MB)."""
-
-    def limit():
-        resource.setrlimit(resource.RLIMIT_AS, (AS_LIMIT, AS_LIMIT))
-
-    out, err = io.BytesIO(), io.BytesIO()
+    out, err, report = io.BytesIO(), io.BytesIO(), io.BytesIO()
+    rfd, wfd = os.pipe()
     t0 = time.monotonic()
-    p = subprocess.Popen([sys.executable, "-c", "from archaudit.cli import run; run()", *args], cwd=cwd,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=limit,
-                         env=dict(os.environ, PYTHONPATH=str(REPO)))
-    readers = [threading.Thread(target=lambda s=s, b=b: b.write(s.read())) for s, b in ((p.stdout, out), (p.stderr, err))]
-    for r in readers:
-        r.start()
-    killer = threading.Timer(MAX_SECONDS * 3, p.kill)
-    killer.start()
-    try:
-        _, status, ru = os.wait4(p.pid, 0)
-    finally:
-        killer.cancel()
-    for r in readers:
-        r.join()
-    p.returncode = os.waitstatus_to_exitcode(status)
-    return (p.returncode, out.getvalue().decode("utf-8", "replace"), err.getvalue().decode("utf-8", "replace"),
-            time.monotonic() - t0, ru.ru_maxrss / 1024)
+    p = subprocess.Popen([sys.executable, "-c", _MEASURE, str(wfd), str(AS_LIMIT), str(MAX_SECONDS * 3), *args], cwd=cwd,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(wfd,), env=dict(os.environ, PYTHONPATH=str(REPO)))
+    os.close(wfd)
+    with os.fdopen(rfd, "rb") as measure:
+        readers = [threading.Thread(target=lambda s=s, b=b: b.write(s.read()))
+                   for s, b in ((p.stdout, out), (p.stderr, err), (measure, report))]
+        for r in readers:
+            r.start()
+        p.wait()
+        for r in readers:
+            r.join()
+    code, maxrss_kb = json.loads(report.getvalue())
+    return (code, out.getvalue().decode("utf-8", "replace"), err.getvalue().decode("utf-8", "replace"),
+            time.monotonic() - t0, maxrss_kb / 1024)
 
 
 def bounded(seconds: float, rss: float) -> None:
