@@ -600,15 +600,21 @@ def behind_from_callgraph(analysis) -> BehindFn:
         analysis.graph.skip_log = None
         # `if C: return "mnnvl"` in a resolver: its callers' branches were followed, but not which
         # returned value leads where, so what they reach is not shown to be what C enables (a
-        # call the value flows into, "caller:value", is reached with the value C selects)
-        by_value = ("the gate selects a value its function returns, and the modules were reached only through "
-                    "its callers' branches; which returned value leads to them is not followed"
-                    if gate.region == "branch" and mods and all(
-                        bm.arm.startswith("caller:") and bm.arm != "caller:value" for bm in mods) else "")
+        # call the value flows into, "caller:value", is reached with the value C selects; one into
+        # a function that branches on it, "value-dispatch", is not)
+        by_value = ""
+        if mods and all(bm.arm.endswith("value-dispatch") for bm in mods):
+            by_value = ("the gate selects a value, and the modules were reached only through functions it is passed "
+                        "to that branch on it; which value leads to them is not followed")
+        elif gate.region == "branch" and mods and all(bm.arm.startswith("caller:") and bm.arm != "caller:value"
+                                                      for bm in mods):
+            by_value = ("the gate selects a value its function returns, and the modules were reached only through "
+                        "its callers' branches; which returned value leads to them is not followed")
         # `if backend == "cutedsl": if not ok: raise ...; return backend`: the refusal guards one
         # case of what the function returns, while its callers' code was followed for every value
-        if (gate.region == "after-early-exit" and mods and gate.path.endswith(".py")
-                and all(any(x.how in ("caller-branch", "caller-value") for x in bm.chain) for bm in mods)):
+        if (gate.region == "after-early-exit" and mods and gate.path.endswith(".py") and all(
+                any(x.how in ("caller-branch", "caller-value", "caller-value-dispatch") for x in bm.chain)
+                for bm in mods)):
             outer = next((t for t in _tests_before(analysis, gate) if t[0] in ("then-of", "else-of")), None)
             if outer is not None:
                 by_value = (f"the refusal sits inside `if {outer[3]}:` (line {outer[1]}), one case of what its function "

@@ -18,6 +18,7 @@ EXPECTED_SM120 = {
     ("vflib/refusal.py", 43): ("unresolved", [], []),
     ("vflib/select.py", 11): ("software-only", ["scale_{arch}"], []),
     ("vflib/select.py", 30): ("software-only", ["copy_{suffix}"], []),
+    ("vflib/select.py", 43): ("unresolved", ["copy_{suffix}", "scale_{arch}"], []),
     ("vflib/jit/modules.py", 23): ("software-only", ["router"], []),
     ("vflib/consts.py", 16): ("hardware-bound", ["mma_{arch}"], [("vflib/data/csrc/mma.cu", 4, "ptx.tcgen05")]),
     ("vflib/imported.py", 6): ("hardware-bound", ["mma_{arch}"], [("vflib/data/csrc/mma.cu", 4, "ptx.tcgen05")]),
@@ -44,6 +45,12 @@ def test_module_constant_predicates(result):
     assert gates[("vflib/imported.py", 6)].admits == {"sm_100", "sm_103", "sm_107"}
     # the module constants themselves are values, not decisions
     assert not any(g.path == "vflib/consts.py" and g.line in (6, 7, 8, 12) for g in result.gates)
+
+
+def test_value_into_a_function_that_branches_on_it(result):
+    f = next(f for f in result.findings if (f.gate.path, f.gate.line) == ("vflib/select.py", 43))
+    assert f.reason.endswith("the gate selects a value, and the modules were reached only through functions it is "
+                             "passed to that branch on it; which value leads to them is not followed")
 
 
 def test_refusal_without_a_module_says_so(result):
@@ -87,6 +94,24 @@ def test_value_chains(analysis):
     assert _chain(analysis, "vflib/select.py", 30) == {
         "copy_{suffix}": [("region", 30, ""), ("call", 37, "caller-value"), ("jit-module", 39, "return-value+entry-point")],
     }
-    assert _chain(analysis, "vflib/jit/modules.py", 23) == {
-        "router": [("region", 23, ""), ("call", 27, "caller-value"), ("jit-module", 27, "jit-sink")],
-    }
+    # the flag helper's value reaches the spec built with it (followed as a value into the
+    # caller, and by the JIT model's flag sources where those follow the helper)
+    got = {bm.arm: [(x.kind, x.line) for x in bm.chain]
+           for bm in analysis.modules_behind(analysis.site_at("vflib/jit/modules.py", 23))}
+    assert got.get("caller:value") == [("region", 23), ("call", 27), ("jit-module", 27)]
+    assert set(got) <= {"caller:value", "flags"}
+
+
+def test_falsy_unknown_in_the_value_domain():
+    """`x and y` stopped by an unknown x is FALSY: falsy, GPU-independent, unknown otherwise."""
+    from archaudit.python.interp import _not
+    from archaudit.python.values import AV, ENV, FALSY, OPAQUE, Domain, informative_sets, truth
+
+    dom = Domain(2)
+    assert truth(FALSY) is False
+    assert _not(FALSY) is ENV  # `not _is_cuda` stays an environment unknown
+    assert dom.map1(dom.const(FALSY), lambda v: v + 1).sets == (frozenset({OPAQUE}),) * 2
+    assert dom.map2(dom.const(FALSY), dom.const(0), lambda a, b: a == b).sets == (frozenset({OPAQUE}),) * 2
+    # present on every GPU it says nothing about the architecture, like OPAQUE
+    av = AV((frozenset({FALSY, False}), frozenset({FALSY, True})))
+    assert informative_sets(av, [0, 1]) == [frozenset({False}), frozenset({True})]

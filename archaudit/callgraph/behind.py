@@ -15,8 +15,10 @@ Regions a gate guards (each becomes the start of a forward search through the ca
   each caller, the branches that test the call's result or a local derived from it
   ("caller:then"/"caller:else"), the calls that take it or such a local as an argument or
   receiver (`gen_module(target)`, `gen_jit_spec(..., extra_cuda_cflags=flags())`,
-  `FLAGS[target]` or `f"mod_{target}"` in an argument: "caller:value"), and, where the caller
-  returns it, the callers of that caller (up to `CALLER_DEPTH` levels);
+  `FLAGS[target]` or `f"mod_{target}"` in an argument: "caller:value"; "caller:value-dispatch"
+  when the function it is passed to branches on it, `if backend == "mnnvl":`, so that which value
+  leads where is decided there), and, where the caller returns it, the callers of that caller
+  (up to `CALLER_DEPTH` levels);
 - a gate in an assignment (`x = A if C else B`) -> the same tests and calls of `x` in its own
   function ("value").
 The forward search follows resolved call edges breadth-first (bounded depth and size) down to
@@ -239,12 +241,15 @@ class Behind:
             for nm in names:
                 for r in self._name_tests(ctx, nm, [gate_link]):
                     out.append(r)
-                if self._name_returned(ctx, nm):
+                if flag is None and self._name_returned(ctx, nm):
                     resolver = selects = True
-            # `target = "sm100a" if C else "sm90a"; gen_module(target)`: the calls the value flows into
-            uses = self._uses(ctx, body, None, set(names), st.eb)
+            # `target = "sm100a" if C else "sm90a"; gen_module(target)`: the calls the value flows
+            # into; a value that is the flags of this function's builds is their "flags" region
+            uses = self._uses(ctx, body, None, set(names), st.eb) if flag is None else _Uses(set(), [], [], False)
             if uses.consumers:
                 out.append(Region("value", ctx, uses.consumers, [_relink(gate_link, "value")]))
+            if uses.dispatchers:
+                out.append(Region("value-dispatch", ctx, uses.dispatchers, [_relink(gate_link, "value-dispatch")]))
             if not out:
                 out.append(Region("statement", ctx, [(st.sb, st.eb)], [_relink(gate_link, "statement")]))
         else:
@@ -377,6 +382,9 @@ class Behind:
             if consumers and uses.consumers:
                 out.append(Region("caller:value", gctx, uses.consumers,
                                   links + [Link("call", c.path, c.line, c.caller, "caller-value")]))
+            if consumers and uses.dispatchers:
+                out.append(Region("caller:value-dispatch", gctx, uses.dispatchers,
+                                  links + [Link("call", c.path, c.line, c.caller, "caller-value-dispatch")]))
             if uses.returned and gctx.kind == "function":
                 out += self._caller_regions(gctx, l2, depth - 1, False, consumers)
         return out
@@ -387,7 +395,8 @@ class Behind:
         unpacking and loops: the scope's bindings as the resolver reads them) carry it too; the
         calls that take it in an argument (`gen(target)`, `gen(FLAGS[target])`,
         `gen(f"m_{target}")`) or as a receiver and start after byte `after` (where the value is
-        made), and the calls the call itself sits in, are its consumers."""
+        made), and the calls the call itself sits in, are its consumers; those into a function
+        that branches on the parameter receiving it are its dispatchers."""
         binds = self.r.locals_of(ctx) if ctx.kind == "function" else self.r.gbind(ctx.mod.name)
         call = path[-1] if path else None
         names = set(names)
@@ -402,7 +411,10 @@ class Behind:
                 if nm not in names and any(_mentions(_bound_value(bd), names) for bd in bl):
                     names.add(nm)
                     grew = True
-        spans = [(n.sb, n.sb + 1) for n in (path or [])[:-1] if n.k == "call"]
+        def carries(x: N) -> bool:
+            return _mentions(x, names) or (call is not None and x.sb <= call.sb and call.eb <= x.eb)
+
+        found = [n for n in (path or [])[:-1] if n.k == "call"]
         returned = False
         for st in iter_stmts(body):
             own = [v for key, v in st.f.items() if key not in ("body", "orelse", "handlers", "final")]
@@ -417,8 +429,33 @@ class Behind:
                 fn = e.f["func"]
                 if (any(_mentions(a, names) for a in e.f["args"]) or any(_mentions(v, names) for _k, v in e.f["kwargs"])
                         or (fn.k == "attr" and _mentions(fn.f["value"], names))):
-                    spans.append((e.sb, e.sb + 1))
-        return _Uses(names, sorted(set(spans)), returned)
+                    found.append(e)
+        consumers, dispatchers = set(), set()
+        for e in found:
+            (dispatchers if self._dispatches_on(ctx, e, carries) else consumers).add((e.sb, e.sb + 1))
+        return _Uses(names, sorted(consumers), sorted(dispatchers - consumers), returned)
+
+    def _dispatches_on(self, ctx: Ctx, call: N, carries) -> bool:
+        """Whether a function the call resolves to tests a parameter that receives the value (an
+        `if`/`while` test naming it: `if backend == "mnnvl":`), so that which value leads where
+        is decided inside it."""
+        off = call.sb
+        for c in self.g.expand(ctx.qualname):
+            if c.callee.startswith("<") or self._offset(ctx, c.line, c.col) != off:
+                continue
+            fctx = self.r.ctx(c.callee)
+            if fctx is None or fctx.kind != "function":
+                continue
+            params = [p for p in fctx.node.f["params"] if p[2] in ("", "kwonly")]
+            positional = [p[0] for p in params if p[2] == ""][1 if fctx.self_name else 0:]
+            recv = {k for k, v in call.f["kwargs"] if carries(v)}
+            for i, a in enumerate(call.f["args"]):
+                if carries(a) and i < len(positional):
+                    recv.add(positional[i])
+            if recv and any(st.k in ("if", "while") and _mentions(st.f["test"], recv)
+                            for node in fctx.mod.bound_defs(fctx.qual) for st in iter_stmts(node.f["body"])):
+                return True
+        return False
 
     def _body_at(self, ctx: Ctx, off: int) -> list[N]:
         """The body holding `off`: of the def (among those bound to a redefined name) that spans it."""
@@ -572,6 +609,7 @@ class Behind:
 class _Uses:
     names: set  # locals that carry the value
     consumers: list[tuple[int, int]]  # spans of the calls it flows into (their first byte)
+    dispatchers: list[tuple[int, int]]  # those of the calls into functions that branch on it
     returned: bool  # the scope returns it
 
 

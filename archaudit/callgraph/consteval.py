@@ -189,7 +189,7 @@ class ConstEval:
         if not real:
             return None if any(v is None for v in vals) else Unknown("no-value", name)
         aug = [bd for bd in binds if bd[0] == "aug"]
-        base = real[0] if len(set(map(_key, real))) == 1 else alt(real)
+        base = alt(real)
         for bd in aug:
             add = self.eval(ctx, bd[1], env, depth + 1)
             base = self._binop("+", base, add)
@@ -482,6 +482,7 @@ class ConstEval:
         if k in ("list", "tuple", "set"):
             out = []
             for e in n.f["elts"]:
+                e = unstar(e)
                 if e.k == "starred":
                     v = self.eval(ctx, e.f["value"], env, depth + 1)
                     if isinstance(v, (list, tuple)):
@@ -543,7 +544,7 @@ class ConstEval:
                 return self.eval(ctx, n.f["body" if t else "orelse"], env, depth + 1)
             a = self.eval(ctx, n.f["body"], env, depth + 1)
             b = self.eval(ctx, n.f["orelse"], env, depth + 1)
-            return a if _key(a) == _key(b) else alt((a, b))
+            return alt((a, b))
         if k == "boolop":
             # `x or default`, `x and y`: the value Python gives when the left side's truth is known
             left = self.eval(ctx, n.f["left"], env, depth + 1)
@@ -751,7 +752,7 @@ class ConstEval:
     def _binop(self, op: str, a, b):
         if isinstance(a, Unknown) or isinstance(b, Unknown):
             # keep a readable pattern: {GEN_DIR}/gen/inst_{dtype}.cu
-            if op in ("/", "+") and isinstance(a, (Unknown, str, PathV)) and isinstance(b, (Unknown, str, PathV)):
+            if op in ("/", "+") and all(isinstance(x, (Unknown, str, PathV)) or _texts(x) for x in (a, b)):
                 sep = "/" if op == "/" else ""
                 u = a if isinstance(a, Unknown) else b
                 return Unknown(u.reason, u.detail, _pat(a) + sep + _pat(b))
@@ -1050,7 +1051,7 @@ class ConstEval:
         finally:
             self._busy.discard(f.qualname)
             self._frames -= 1
-        v = vals[0] if len({_key(v) for v in vals}) == 1 else alt(vals)
+        v = alt(vals)
         if key is not None and self._cut == cut:
             self._calls[key] = v
         return v
@@ -1283,20 +1284,23 @@ def _literal_items(inner: str):
     return vals
 
 
-def _key(v):
-    try:
-        hash(v)
-        return v
-    except TypeError:
-        return repr(v)
-
-
 def _pat(v) -> str:
     if isinstance(v, Unknown):
         return v.pattern or "{" + (v.detail or v.reason) + "}"
     if isinstance(v, PathV):
         return v.path
+    if _texts(v):
+        # one of several texts: what they share, the rest as {a|b} (`tgv_{bf16|fp16}_64x8.cu`)
+        opts = [_pat(o) for o in v.options]
+        pre = posixpath.commonprefix(opts)
+        suf = posixpath.commonprefix([o[len(pre):][::-1] for o in opts])[::-1]
+        return pre + "{" + "|".join(o[len(pre):len(o) - len(suf)] for o in opts) + "}" + suf
     return str(v)
+
+
+def _texts(v) -> bool:
+    """One of several strs or paths."""
+    return isinstance(v, Alt) and all(isinstance(o, (str, PathV)) for o in v.options)
 
 
 def _as_path(v):
@@ -1335,6 +1339,23 @@ def _assign(target: N, value, env: dict) -> None:
             for t in elts:
                 for nm in _names(t):
                     env[nm] = value if isinstance(value, Unknown) else Unknown("unpack", nm)
+
+
+def unstar(e: N) -> N:
+    """A list element as Python reads it: the parser gives the lone element of `[*a[k]]`,
+    `[*a.b]`, `[*f(x)]` as subscript/attribute/call of starred(a); this is starred(a[k]) etc."""
+    chain, x = [], e
+    while x.k in ("subscript", "attr", "call"):
+        chain.append(x)
+        x = x.f["value" if x.k != "call" else "func"]
+    if x.k != "starred" or not chain:
+        return e
+    inner = x.f["value"]
+    for c in reversed(chain):
+        f = dict(c.f)
+        f["value" if c.k != "call" else "func"] = inner
+        inner = N(c.k, c.line, c.col, inner.sb, c.eb, f)
+    return N("starred", e.line, e.col, e.sb, e.eb, {"value": inner})
 
 
 def _names(t: N) -> list[str]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from ..parsing.python_ir import N
 from .consteval import (Alt, ConstEval, FuncV, ModV, PathV, Some, Unknown, _assign as assign, _dotted, flatten_values,
-                        stmts_with_loops)
+                        stmts_with_loops, unstar)
 from .resolve import Ctx, Resolver, iter_stmts
 
 MAX_DEPTH = 24
@@ -59,7 +59,7 @@ class FlagEval:
         k = n.k
         if k in ("list", "tuple", "set"):
             out = []
-            for e in n.f["elts"]:
+            for e in map(unstar, n.f["elts"]):
                 out += self._walk(ctx, e.f["value"] if e.k == "starred" else e, cond, depth + 1, seen)
             return out
         if k == "ifexp":

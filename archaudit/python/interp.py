@@ -37,6 +37,7 @@ from .values import (
     cap,
     has_unres,
     ENV,
+    FALSY,
     informative_sets,
     may_false,
     may_true,
@@ -894,10 +895,11 @@ class Interp:
         return res
 
     def _unknownish(self, av: AV) -> bool:
-        return all(all(v is OPAQUE or v is ENV or isinstance(v, (ExtRef, Instance)) for v in s) for s in av.sets)
+        return all(all(v is OPAQUE or v is ENV or v is FALSY or isinstance(v, (ExtRef, Instance)) for v in s)
+                   for s in av.sets)
 
     def _getattr1(self, v, attr: str) -> AV:
-        if v is OPAQUE or v is ENV:
+        if v is OPAQUE or v is ENV or v is FALSY:
             return self.dom.OPAQUE
         if isinstance(v, Unres):
             return AV((frozenset((v,)),) * self.n)
@@ -996,16 +998,11 @@ class Interp:
     def _boolop(self, a: AV, b: AV, short_circuit_on: bool) -> AV:
         """`a and b` (short_circuit_on=False) or `a or b` (True), per possibility.
 
-        An unknown from the environment in `a`, the same on every GPU, beside known values that
-        all let `b` decide (`_is_cuda = torch.cuda.is_available() and ...` is OPAQUE or True) is
-        set aside, as a test's terms are read (informative_sets): `_is_cuda and is_sm90()` is
-        is_sm90()'s value on each GPU. Kept, its possible short circuit would reach every later
-        use of the value (`(_is_sm90 or _is_sm100) and n > 0` in a predicate function), where
-        no term-by-term reading can tell it apart from the architecture term any more."""
-        if a.uniform and a.sets and OPAQUE in a.sets[0]:
-            known = a.sets[0] - UNKNOWN_SET
-            if known and all(truth(x) is (not short_circuit_on) for x in known):
-                a = AV((known,) * len(a.sets))
+        An unknown value from the environment that stops `a and b` is falsy, whatever else it
+        is: FALSY, not OPAQUE (`_is_cuda and is_sm90_supported()` can be truthy only where
+        is_sm90 can; kept as OPAQUE, that possibility would make every later use of the value,
+        `(_is_sm90 or _is_sm100) and n > 0` in a predicate function, look truthy on every GPU).
+        An unknown condition (ENV) stays itself: it marks the GPUs where a test may hold."""
         sets = []
         for sa, sb in zip(a.sets, b.sets):
             acc = set()
@@ -1014,7 +1011,7 @@ class Interp:
                 if t is short_circuit_on:
                     acc.add(x)
                 elif t is None:
-                    acc.add(x)
+                    acc.add(FALSY if not short_circuit_on and x is OPAQUE else x)
                     acc |= sb
                 else:
                     acc |= sb
@@ -1466,8 +1463,8 @@ def _raise():
 
 def _not(x):
     t = truth(x)
-    if t is None:
-        return ENV
+    if t is None or x is FALSY:
+        return ENV  # `not _is_cuda` stays an unknown from the environment, not a definite True
     return not t
 
 

@@ -52,6 +52,26 @@ def _env():
 ENV = _Env.__new__(_Env)
 
 
+class _Falsy:
+    """Unknown, not dependent on the GPU, and falsy: what `x and y` is when an unknown x stops it.
+    Anything computed from it is OPAQUE."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "FALSY"
+
+    def __reduce__(self):
+        return (_falsy, ())
+
+
+def _falsy():
+    return FALSY
+
+
+FALSY = _Falsy.__new__(_Falsy)
+
+
 @dataclass(frozen=True)
 class Unres:
     """Unknown, and possibly dependent on the GPU: the analysis could not follow it."""
@@ -154,6 +174,7 @@ class FrozenDict:
 MAX_POSSIBILITIES = 12
 UNKNOWN_SET = frozenset((OPAQUE,))
 ENV_SET = frozenset((ENV,))
+_ENV_UNKNOWNS = frozenset((OPAQUE, FALSY))
 
 
 def cap(s: frozenset) -> frozenset:
@@ -234,6 +255,8 @@ class Domain:
                 for v in s:
                     if v is OPAQUE or v is ENV or isinstance(v, Unres):
                         acc.add(v)
+                    elif v is FALSY:
+                        acc.add(OPAQUE)
                     else:
                         acc.add(_safe(f, v))
                 r = cache[s] = cap(frozenset(acc))
@@ -257,7 +280,7 @@ class Domain:
                             acc.add(x)
                         elif isinstance(y, Unres):
                             acc.add(y)
-                        elif x is OPAQUE or y is OPAQUE or x is ENV or y is ENV:
+                        elif x is OPAQUE or y is OPAQUE or x is ENV or y is ENV or x is FALSY or y is FALSY:
                             acc.add(OPAQUE)
                         else:
                             acc.add(_safe2(f, x, y))
@@ -301,6 +324,8 @@ def truth(v) -> bool | None:
         return bool(v)
     if v is OPAQUE or v is ENV or isinstance(v, Unres):
         return None
+    if v is FALSY:
+        return False
     if isinstance(v, (FuncRef, ClassRef, ModuleRef, ExtRef, Instance, BoundMethod, Partial, ArchFlags)):
         return True
     try:
@@ -339,13 +364,14 @@ def truth_pairs(sets) -> list[tuple[bool, bool]]:
 def informative_sets(av: "AV", reach: list[int]) -> list[frozenset]:
     """The per-GPU sets with GPU-independent unknowns removed.
 
-    An OPAQUE present on every GPU (an override dict, a config flag merged into the result)
-    says nothing about the architecture; dropping it lets the architecture test that is merged
-    with it decide. ENV (an unknown *condition*, like a CUDA-version check) is kept: it may be
-    true on the GPUs where it appears."""
+    An unknown from the environment (OPAQUE, or FALSY, the same unknown where it stops an `and`)
+    present on every GPU (an override dict, a config flag merged into the result) says nothing
+    about the architecture; dropping it lets the architecture test that is merged with it decide.
+    ENV (an unknown *condition*, like a CUDA-version check) is kept: it may be true on the GPUs
+    where it appears."""
     sets = [av.sets[i] for i in reach]
-    if sets and all(OPAQUE in x for x in sets):
-        sets = [x - UNKNOWN_SET or ENV_SET for x in sets]
+    if sets and all(OPAQUE in x or FALSY in x for x in sets):
+        sets = [x - _ENV_UNKNOWNS or ENV_SET for x in sets]
     return sets
 
 
