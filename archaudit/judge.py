@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from .model import (BINARY_ONLY, BUILD_FLAGS, CPP_RUNTIME_CHECK, HARDWARE_BOUND, PARTIAL, SOFTWARE_ONLY, UNRESOLVED,
+from .model import (BINARY_ONLY, BUILD_FLAGS, CPP_RUNTIME_CHECK, HARDWARE_BOUND, NO_GPU_CODE, PARTIAL, SOFTWARE_ONLY, UNRESOLVED,
                     Diagnostic, Evidence, Finding, Gate, Kernel, Link, ModuleVerdict, internal_error)
 from .targets import CompileTarget, Gpu, Registry
 
@@ -65,6 +65,7 @@ class Behind:
     # functions outside the scan, in packages not known to be portable, that the guarded path calls:
     # (dotted name, call chain to it)
     outside: list[tuple[str, list[Link]]] = field(default_factory=list)
+    no_gpu_code: bool = False  # no module, and every path the gate changes was shown free of GPU code
 
 
 BehindFn = Callable[[Gate], Behind]
@@ -243,6 +244,9 @@ def classify(gate: Gate, gpu: Gpu, ct: CompileTarget, behind: Behind, tus: TuCac
     f = Finding(gate, gpu.name, UNRESOLVED, chain=list(behind.chain))
     if not behind.modules:
         f.reason = behind.reason or "no JIT module or prebuilt binary found behind the gate"
+        if behind.no_gpu_code and not behind.outside:
+            f.verdict = NO_GPU_CODE
+            return f
         if behind.outside:
             f.reason += "; " + _outside_reason(behind.outside)
             f.chain.extend(behind.outside[0][1])
@@ -351,6 +355,33 @@ def holds_gpu_code(dotted: str) -> bool:
     if top == "torch" and len(parts) > 3 and parts[1] == "ops":
         return parts[2] not in rules.get("torch_op_namespaces_portable", [])
     return top in rules.get("gpu_code", [])
+
+
+def passes_objects(dotted: str) -> bool:
+    """Whether what `dotted` (outside the scan) returns can be an object it was handed or one
+    that calls back into it (rules/externals.toml passes_objects)."""
+    from .ruledata import load_rule
+
+    return any(dotted == p or dotted.startswith(p + ".") for p in load_rule("externals").get("passes_objects", []))
+
+
+def noreturn(dotted: str) -> bool:
+    """Whether a call of `dotted` (outside the scan) never returns (rules/externals.toml noreturn)."""
+    from .ruledata import load_rule
+
+    return dotted in load_rule("externals").get("noreturn", [])
+
+
+def _confiner(analysis):
+    """The scan's Confiner (callgraph/confine.py), made on first use."""
+    c = analysis.__dict__.get("_confiner")
+    if c is None:
+        from .callgraph.confine import Confiner
+
+        scanned = {m.split(".", 1)[0] for m in analysis.index.path_of}
+        c = analysis.__dict__["_confiner"] = Confiner(
+            analysis.behind, holds_gpu_code, passes_objects, noreturn, lambda fns: _binary_sinks_in(analysis, fns), scanned)
+    return c
 
 
 TestsBefore = Callable[[Gate], list]  # Behind.tests_before for a gate: (relation, line, col, text)
@@ -630,6 +661,11 @@ def behind_from_callgraph(analysis) -> BehindFn:
             if new_skips:
                 why += ("; callers not searched (name in too many modules): "
                         + ", ".join(f"{q} ({skipped[q]})" for q in new_skips[:3]))
+            if not ambiguous and not new_skips and not outside and gate.path.endswith(".py"):
+                conf = _confiner(analysis).check(gate)
+                if conf.confined:
+                    return Behind([], reason=conf.reason, no_gpu_code=True)
+                why += f"; not shown free of GPU code: {conf.reason}"
             return Behind([], reason=why, outside=outside)
         refs = _module_refs(analysis, mods)
         # prebuilt code loaded on the way (cubins fetched at run time, downloaded .so files):

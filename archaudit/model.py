@@ -92,8 +92,9 @@ PARTIAL = "partial"
 HARDWARE_BOUND = "hardware-bound"
 BINARY_ONLY = "binary-only"
 UNRESOLVED = "unresolved"
+NO_GPU_CODE = "no-gpu-code"  # the gate changes only Python: no GPU code on any path it decides
 
-VERDICTS = (SOFTWARE_ONLY, PARTIAL, HARDWARE_BOUND, BINARY_ONLY, UNRESOLVED)
+VERDICTS = (SOFTWARE_ONLY, PARTIAL, HARDWARE_BOUND, BINARY_ONLY, UNRESOLVED, NO_GPU_CODE)
 
 
 @dataclass(frozen=True)

@@ -187,7 +187,7 @@ def test_scan_of_hostile_package_beside_good_one(tmp_path, clean_gatepkg):
     got = {(f["gate"]["path"], f["gate"]["line"]): f for f in doc["findings"] if f["gate"]["path"].startswith("hostpkg/")}
     assert {k: f["verdict"] for k, f in got.items()} == {
         ("hostpkg/jit.py", 21): "unresolved", ("hostpkg/jit.py", 27): "software-only",
-        ("hostpkg/jit.py", 33): "unresolved", ("hostpkg/my-script.py", 4): "unresolved"}
+        ("hostpkg/jit.py", 33): "unresolved", ("hostpkg/my-script.py", 4): "no-gpu-code"}
     assert got[("hostpkg/jit.py", 21)]["reason"].startswith(f"hostpkg_bombs: hostpkg/csrc/fbomb.cu: {EXPANSION} at ")
     assert "cannot resolve #include '/etc/shadow'" in got[("hostpkg/jit.py", 33)]["reason"]
 

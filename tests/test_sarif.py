@@ -90,7 +90,8 @@ def test_synthetic_sarif_validates_and_carries_everything(reg, schema, tmp_path)
     run = log["runs"][0]
     drv = run["tool"]["driver"]
     assert (drv["name"], drv["semanticVersion"], drv["informationUri"]) == ("archaudit", "0.1.0", "https://github.com/archaudit/archaudit")
-    assert [r["id"] for r in drv["rules"]] == ["software-only", "partial", "hardware-bound", "binary-only", "unresolved", "gate-inventory"]
+    assert [r["id"] for r in drv["rules"]] == ["software-only", "partial", "hardware-bound", "binary-only", "unresolved", "no-gpu-code",
+                                                 "gate-inventory"]
     for r in drv["rules"]:
         assert r["shortDescription"]["text"] and r["fullDescription"]["text"]
         assert r["help"]["text"] and r["help"]["markdown"]
@@ -210,7 +211,8 @@ def test_cli_sarif_in_repo_with_suppression(repo, schema):
     assert got == [("unresolved", "ciapp/layers.py", 7, False), ("unresolved", "ciapp/layers.py", 20, True),
                    ("unresolved", "venv-sp/site-packages/fakefi/jit/comm.py", 5, False)]
     # the judge's reason is in the message
-    assert "Verdict for sm_120: unresolved: no JIT module is reached from the region this gate guards." in res[0]["message"]["text"]
+    assert "Verdict for sm_120: unresolved: no JIT module is reached from the region this gate guards; not shown " \
+           "free of GPU code: ciapp.layers.fused_allreduce_backend returns what the gate decides" in res[0]["message"]["text"]
     assert res[1]["suppressions"] == [{"kind": "inSource", "justification": "if is_sm90_supported():  # archaudit: ignore[unresolved]"}]
 
 

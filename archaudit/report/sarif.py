@@ -13,7 +13,7 @@ import re
 from urllib.parse import quote
 
 from .. import __version__
-from ..model import BINARY_ONLY, HARDWARE_BOUND, PARTIAL, SOFTWARE_ONLY, UNRESOLVED
+from ..model import BINARY_ONLY, HARDWARE_BOUND, NO_GPU_CODE, PARTIAL, SOFTWARE_ONLY, UNRESOLVED
 
 SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
 INFORMATION_URI = "https://github.com/archaudit/archaudit"
@@ -34,6 +34,8 @@ _WHAT_TO_DO = {
     BINARY_ONLY: "Only prebuilt binaries for other GPUs are behind this gate: rebuild from source for this "
                  "GPU or ask upstream for a build that includes it.",
     UNRESOLVED: "archaudit could not decide what this gate protects: check it by hand or on the GPU.",
+    NO_GPU_CODE: "No GPU code is behind this gate: it changes only Python (a tile size, a message, a choice "
+                 "among Triton kernels); widen it if the behaviour it selects suits this GPU.",
 }
 
 RULES = [
@@ -74,6 +76,14 @@ RULES = [
         "full": "The gate excludes (or may exclude) the target GPU, but its admitted architectures or the "
                 "code behind it could not be resolved statically. The reason is in the message.",
         "tags": ["gpu", "cuda", "portability", "unresolved"],
+    },
+    {
+        "id": NO_GPU_CODE, "name": "NoGpuCodeGate", "level": "note", "precision": "medium",
+        "short": "Architecture gate that decides only Python",
+        "full": "The gate excludes the target GPU, but every path its decision changes was followed (values "
+                "read later, the callers it returns or raises to, functions handed on) and none builds, loads "
+                "or calls GPU code: it selects Python behaviour (or Triton, which compiles for the running GPU).",
+        "tags": ["gpu", "cuda", "portability", "no-gpu-code"],
     },
     {
         "id": INVENTORY, "name": "GateInventory", "level": "note", "precision": "very-high",

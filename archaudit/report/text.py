@@ -51,7 +51,7 @@ def render_table(result, reg: Registry, console: Console) -> None:
 
 
 VERDICT_STYLE = {"software-only": "green", "partial": "yellow", "hardware-bound": "red",
-                 "binary-only": "magenta", "unresolved": "dim"}
+                 "binary-only": "magenta", "unresolved": "dim", "no-gpu-code": "cyan"}
 
 
 def _evidence_line(f) -> str:
@@ -64,7 +64,7 @@ def _evidence_line(f) -> str:
 
 def render_findings(result, console: Console) -> None:
     """Findings grouped by the feature (JIT modules) behind them, the strongest verdicts first."""
-    order = {v: i for i, v in enumerate(("hardware-bound", "partial", "software-only", "binary-only", "unresolved"))}
+    order = {v: i for i, v in enumerate(("hardware-bound", "partial", "software-only", "binary-only", "no-gpu-code", "unresolved"))}
     table = Table(title="gates that exclude the target", header_style="bold", show_lines=False)
     for col in ("target", "verdict", "gate", "modules", "evidence / reason"):
         table.add_column(col, overflow="fold", max_width=None if col != "evidence / reason" else 70)
