@@ -21,6 +21,7 @@ from typing import Callable, Iterable
 
 from .model import (BINARY_ONLY, BUILD_FLAGS, CPP_RUNTIME_CHECK, HARDWARE_BOUND, NO_GPU_CODE, PARTIAL, SOFTWARE_ONLY, UNRESOLVED,
                     Diagnostic, Evidence, Finding, Gate, Kernel, Link, ModuleVerdict, internal_error)
+from .callgraph.dsl import DslCallRule, dsl_rule_for
 from .targets import CompileTarget, Gpu, Registry
 
 # TU diagnostics a scan reports as problems of the input (archaudit.cuda.tu.INPUT_PROBLEMS less the
@@ -66,6 +67,9 @@ class Behind:
     # (dotted name, call chain to it)
     outside: list[tuple[str, list[Link]]] = field(default_factory=list)
     no_gpu_code: bool = False  # no module, and every path the gate changes was shown free of GPU code
+    # CuTe DSL calls with an architecture-specific instruction (rules/cute_dsl.toml) that the guarded
+    # path makes under no test of its own: (rule, dotted name, chain to the call)
+    dsl_calls: list[tuple[DslCallRule, str, list[Link]]] = field(default_factory=list)
 
 
 BehindFn = Callable[[Gate], Behind]
@@ -242,6 +246,10 @@ def reached_kernels(mj: ModuleJudgement, entry_points: frozenset[str] | None) ->
 def classify(gate: Gate, gpu: Gpu, ct: CompileTarget, behind: Behind, tus: TuCache) -> Finding:
     """The verdict for one gate that excludes `gpu`."""
     f = Finding(gate, gpu.name, UNRESOLVED, chain=list(behind.chain))
+    dsl_reason = _dsl_needs(f, behind, ct)
+    if not behind.modules and dsl_reason:
+        f.verdict, f.reason = HARDWARE_BOUND, dsl_reason
+        return f
     if not behind.modules:
         f.reason = behind.reason or "no JIT module or prebuilt binary found behind the gate"
         if behind.no_gpu_code and not behind.outside:
@@ -319,10 +327,13 @@ def classify(gate: Gate, gpu: Gpu, ct: CompileTarget, behind: Behind, tus: TuCac
             else:
                 verdicts.append(SOFTWARE_ONLY)
                 reasons.append(f"{ref.name}: {mv.reason}" + (f"; {scope} reaches only real kernels" if narrowed else ""))
+    if dsl_reason:
+        verdicts.append(HARDWARE_BOUND)
+        reasons.append(dsl_reason)
     if behind.reason:
         verdicts.append(UNRESOLVED)
         reasons.append(behind.reason)
-    if behind.outside:
+    if behind.outside and not dsl_reason:
         verdicts.append(UNRESOLVED)
         reasons.append(_outside_reason(behind.outside))
         f.chain.extend(behind.outside[0][1])
@@ -335,6 +346,26 @@ def classify(gate: Gate, gpu: Gpu, ct: CompileTarget, behind: Behind, tus: TuCac
     f.reason = "; ".join(reasons)
     f.feature = ", ".join(sorted({m.name for m in behind.modules}))
     return f
+
+
+def _dsl_needs(f: Finding, behind: Behind, ct: CompileTarget) -> str:
+    """The CuTe DSL calls on the guarded path that `ct` cannot build, as evidence on `f` (and the
+    chain to the first); the reason, or "" when there are none."""
+    lacking = [(rule, name, chain) for rule, name, chain in behind.dsl_calls if not rule.builds_for(ct)]
+    if not lacking:
+        return ""
+    for rule, name, chain in lacking:
+        missing = [q.id for q in rule.requires if not q.supports(ct)]
+        have = sorted(set.intersection(*(set(q.supported_on) for q in rule.requires)))
+        f.evidence.append(Evidence(chain[-1].path, chain[-1].line, missing[0], tuple(have),
+                                   f"CuTe DSL call {name} emits {rule.description}; {ct.name} has no {', '.join(missing)}"))
+    f.chain.extend(lacking[0][2])
+    rule, name, chain = lacking[0]
+    tracer = next((ln.how.split(":", 1)[1].split("+")[0] for ln in chain if ln.how.startswith("traced-by:")), "")
+    via = f"a function traced by {tracer} calls " if tracer else "the guarded path calls "
+    more = f" (and {len(lacking) - 1} more such call(s))" if len(lacking) > 1 else ""
+    return (f"{via}{name} ({chain[-1].path}:{chain[-1].line}), which needs "
+            f"{', '.join(q.id for q in rule.requires if not q.supports(ct))}: not on {ct.name}{more}")
 
 
 def _outside_reason(outside: list[tuple[str, list[Link]]]) -> str:
@@ -627,6 +658,7 @@ def behind_from_callgraph(analysis) -> BehindFn:
         mods = [bm for bm in mods if _admitted_arm(gate, bm.arm)]
         outside = list({x.callee: (x.callee, x.chain) for x in calls_out
                         if _admitted_arm(gate, x.arm) and holds_gpu_code(x.callee)}.values())
+        dsl_calls = _dsl_calls(analysis, gate, [x for x in calls_out if _admitted_arm(gate, x.arm)])
         new_skips = sorted(analysis.graph.skip_log)
         analysis.graph.skip_log = None
         # `if C: return "mnnvl"` in a resolver: its callers' branches were followed, but not which
@@ -661,6 +693,8 @@ def behind_from_callgraph(analysis) -> BehindFn:
             if new_skips:
                 why += ("; callers not searched (name in too many modules): "
                         + ", ".join(f"{q} ({skipped[q]})" for q in new_skips[:3]))
+            if dsl_calls:
+                return Behind([], reason=why, outside=outside, dsl_calls=dsl_calls)
             if not ambiguous and not new_skips and not outside and gate.path.endswith(".py"):
                 conf = _confiner(analysis).check(gate)
                 if conf.confined:
@@ -677,10 +711,57 @@ def behind_from_callgraph(analysis) -> BehindFn:
             refs.setdefault(key, ModuleRef(sink.artifact or sink.loader, [], [Link(
                 "binary", sink.path, sink.line, f"{sink.loader}: {sink.artifact or '?'}", sink.how)],
                 binary={"sink": sink}))
-        return Behind(sorted(refs.values(), key=lambda r: r.name), reason=by_value, outside=outside)
+        return Behind(sorted(refs.values(), key=lambda r: r.name), reason=by_value, outside=outside, dsl_calls=dsl_calls)
 
     behind.work = lambda: analysis.graph.work  # the steps judge_gates charges to each module
     return behind
+
+
+# a test that may choose by GPU: a DSL call under one is not taken as made on every GPU
+_ARCH_WORDS = re.compile(r"arch|sm_?\d|\bsm\d|capab|major|minor|hopper|blackwell|tcgen|wgmma|umma|famil|version|"
+                         r"device|\bcc\b|compute_", re.I)
+
+
+def _dsl_calls(analysis, gate: Gate, calls_out) -> list[tuple[DslCallRule, str, list[Link]]]:
+    """The CuTe DSL calls (rules/cute_dsl.toml) among the calls outside the scan that the guarded
+    path makes (callgraph ExternalCalls), kept only where the path is the one the gate admits --
+    not reached through a caller's branch on a value the gate selects, which may be either way
+    round (the same rule as for JIT modules) -- and no call on the way to it sits under a test
+    (other than the gate) that may depend on the GPU (an `if` on an architecture name in a kernel
+    that serves several)."""
+    out = []
+    outer = None
+    for x in calls_out:
+        rule = dsl_rule_for(x.callee)
+        if rule is None:
+            continue
+        name, chain = x.callee, x.chain
+        if x.arm.endswith("value-dispatch"):
+            continue
+        if gate.region == "branch" and x.arm.startswith("caller:") and x.arm != "caller:value":
+            continue
+        if gate.region == "after-early-exit" and any(
+                ln.how in ("caller-branch", "caller-value", "caller-value-dispatch") for ln in chain):
+            if outer is None:
+                outer = any(t[0] in ("then-of", "else-of") for t in _tests_before(analysis, gate))
+            if outer:
+                continue
+        if all(not any(_ARCH_WORDS.search(t[3]) for t in _tests_at(analysis, ln.path, ln.line)
+                       if (ln.path, t[1]) != (gate.path, gate.line))
+               for ln in chain[1:] if ln.kind == "call"):
+            out.append((rule, name, chain))
+    return out
+
+
+def _tests_at(analysis, path: str, line: int) -> list:
+    """The tests that decide whether the statement at path:line runs (Behind.tests_before)."""
+    site = analysis.site_at(path, line)
+    if site is None:
+        return [("unknown", line, 1, "arch")]  # a place that cannot be read is taken as conditional
+    try:
+        return analysis.behind.tests_before(site)
+    except RecursionError:
+        return [("unknown", line, 1, "arch")]
 
 
 def _module_refs(analysis, mods) -> dict[str, ModuleRef]:

@@ -22,6 +22,7 @@ import networkx as nx
 from ..parsing.python_ir import N
 from ..python.index import Index, flatten_top, words_of
 from ..python.pybytes import ExternalRoots, word_pattern
+from ..ruledata import load_rule
 from .resolve import Ctx, Ref, Resolver, iter_stmts, walk_exprs
 
 UNRESOLVED_PREFIX = "<unresolved:"
@@ -64,6 +65,8 @@ class CallGraph:
         self._words: dict[bytes, list[str]] | None = None
         self._scans = 0
         self._outside = ExternalRoots(index.path_of)
+        # calls outside the scan that run what they are handed (rules/externals.toml)
+        self._tracers = frozenset(load_rule("externals").get("traces_arguments", []))
         self.skipped_callers = {}
         self.skip_log: set | None = None  # when a set: callers() adds each skipped name it is asked for
         # steps taken: statements expanded and definitions searched for call sites (a count, the
@@ -172,6 +175,8 @@ class CallGraph:
                     out.append(Call(ctx.qualname, r.target, path, call.line, call.col, how))
             elif k == "external":
                 out.append(Call(ctx.qualname, r.target, path, call.line, call.col, "+".join(r.how) or "external"))
+                if r.target in self._tracers:
+                    out.extend(self._traced_arguments(ctx, call, r.target))
             elif k == "builtin":
                 out.append(Call(ctx.qualname, f"<builtin>.{r.target}", path, call.line, call.col, "builtin"))
             elif k == "entry":
@@ -200,6 +205,22 @@ class CallGraph:
         for c in out:
             seen.setdefault((c.callee, c.entry), c)
         return list(seen.values())
+
+    def _traced_arguments(self, ctx: Ctx, call: N, tracer: str) -> list[Call]:
+        """Functions of the scan, and objects whose class defines __call__, handed to a call that
+        runs them to build code (`cute.compile(kernel, ...)` traces `kernel`): called there."""
+        out = []
+        for a in list(call.f["args"]) + [v for _k, v in call.f["kwargs"]]:
+            a = a.f["value"] if a.k == "starred" else a
+            for ref in self.r.eval(ctx, a):
+                if ref.kind in ("function", "partial") and ref.target != "<build>":
+                    out.append(Call(ctx.qualname, ref.target, ctx.mod.path, a.line, a.col, f"traced-by:{tracer}"))
+                elif ref.kind == "instance":
+                    for m in self.r.class_member(ref.target, "__call__", 1, True):
+                        if m.kind == "function":
+                            out.append(Call(ctx.qualname, m.target, ctx.mod.path, a.line, a.col,
+                                            f"traced-by:{tracer}+__call__"))
+        return out
 
     def _add(self, c: Call) -> None:
         callee = c.callee
