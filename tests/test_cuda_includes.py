@@ -130,3 +130,35 @@ def test_a_tu_resolves_the_same_whatever_was_analysed_before(tmp_path, reg):
     assert a.closure == ["pkg/a.cu", "pkg/vendor/cub/cub.cuh"]
     assert alone.closure == after.closure == ["pkg/b.cu"]
     assert alone.to_json() == after.to_json()
+
+
+def test_a_package_never_includes_another_packages_bundled_headers(tmp_path):
+    """triton ships the CUDA runtime's headers (CUDART_VERSION 13010) under an include/ directory;
+    flashinfer's JIT compiles with the toolkit's, so <cuda_runtime_api.h> from flashinfer stays
+    external, while each package's own roots and suffix roots still serve it."""
+    root = tmp_path / "site"
+    for rel, text in {
+        "flashinfer/__init__.py": "",
+        "flashinfer/data/include/flashinfer/x.cuh": "",
+        "flashinfer/data/csrc/k.cu": '#include <cuda_runtime_api.h>\n#include "flashinfer/x.cuh"\n',
+        "triton/__init__.py": "",
+        "triton/backends/nvidia/include/cuda_runtime_api.h": "#define CUDART_VERSION 13010\n",
+        "triton/backends/nvidia/include/cuda/std/version": "",
+        "triton/backends/nvidia/lib/t.cu": "#include <cuda_runtime_api.h>\n",
+        "flashinfer/data/cccl/cuda/std/version": "",
+    }.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    r = FsReader(str(root))
+    files = r.files("")
+    res = IncludeResolver(r, discover_include_roots(files, r), files)
+    assert {x.path for x in res.roots} == {"flashinfer/data/include", "triton/backends/nvidia/include"}
+    assert res.resolve("cuda_runtime_api.h", True, "flashinfer/data/csrc/k.cu").kind == "external"
+    assert res.resolve("flashinfer/x.cuh", False, "flashinfer/data/csrc/k.cu").path == "flashinfer/data/include/flashinfer/x.cuh"
+    # triton's own sources still find its copy
+    got = res.resolve("cuda_runtime_api.h", True, "triton/backends/nvidia/lib/t.cu")
+    assert (got.kind, got.path) == ("file", "triton/backends/nvidia/include/cuda_runtime_api.h")
+    # a suffix root is looked for in the includer's package only (two packages ship cuda/std/version)
+    got = res.resolve("cuda/std/version", True, "flashinfer/data/csrc/k.cu")
+    assert (got.kind, got.path) == ("file", "flashinfer/data/cccl/cuda/std/version")

@@ -111,7 +111,7 @@ class IncludeResolver:
         self.roots: list[IncludeRoot] = [as_root(r) for r in roots]
         self._files = list(files) if files is not None else None
         # file indexes (built on first use) and {roots: {include: Resolution}}, shared when derived
-        self._shared: dict = {"suffix": None, "by_name": None, "caches": {}}
+        self._shared: dict = {"suffix": None, "by_name": None, "caches": {}, "package": {}}
         self._set_cache()
 
     def _set_cache(self) -> None:
@@ -138,7 +138,9 @@ class IncludeResolver:
 
     def resolve(self, spelled: str, angled: bool, includer: str, after_root: int | None = None) -> Resolution:
         """Resolve one `#include` (after_root: for `#include_next`, continue after that root)."""
-        key = (spelled, angled, posixpath.dirname(includer) if not angled else "", after_root)
+        # a quoted name is looked up beside its includer first; either kind only on the search
+        # path of the includer's package
+        key = (spelled, angled, posixpath.dirname(includer) if not angled else self._package(includer), after_root)
         hit = self._cache.get(key)
         if hit is not None:
             return hit
@@ -159,12 +161,14 @@ class IncludeResolver:
                 return Resolution(spelled, angled, cand, "file")
         start = 0 if after_root is None else after_root + 1
         for i in range(start, len(self.roots)):
+            if not self._applies(self.roots[i], includer):
+                continue
             cand = join(self.roots[i].path, spelled)
             if not cand.startswith("..") and self.reader.exists(cand):
                 return Resolution(spelled, angled, cand, "file", i)
         # a directory of the package that ships the header (CCCL's cub/, thrust/) wins over the
         # toolkit's copy, as the JIT's -I order makes it
-        root = self._suffix_root(spelled)
+        root = self._suffix_root(spelled, includer)
         if root is not None:
             self.add_root(root)
             return Resolution(spelled, angled, join(root.path, spelled), "file", len(self.roots) - 1)
@@ -177,6 +181,23 @@ class IncludeResolver:
             if unique is not None:
                 return Resolution(spelled, angled, unique, "file", -2)
         return Resolution(spelled, angled, None, "unresolved")
+
+    def _applies(self, root: IncludeRoot, includer: str) -> bool:
+        """Whether a root found in the tree (not one the TU's build names) is on the includer's
+        search path: a package's include directories serve that package's sources, never another
+        package's (triton's bundled cuda_runtime_api.h is not what flashinfer's JIT compiles with)."""
+        if root.origin in ("given", "cli"):
+            return True
+        own = self._package(root.path + "/_")
+        return own is None or own == self._package(includer)
+
+    def _package(self, path: str) -> str | None:
+        """The outermost directory above `path` that is a Python package, cached per directory."""
+        d = posixpath.dirname(path)
+        memo = self._shared["package"]
+        if d not in memo:
+            memo[d] = package_dir_of(path, self.reader)
+        return memo[d]
 
     def _unique_basename(self, spelled: str, includer: str) -> str | None:
         if self._files is None or "/" in spelled:
@@ -191,8 +212,9 @@ class IncludeResolver:
         cands = [f for f in by_name.get(spelled, ()) if f.split("/")[0] == top]
         return cands[0] if len(cands) == 1 else None
 
-    def _suffix_root(self, spelled: str) -> IncludeRoot | None:
-        """The one directory D in the package such that D/spelled exists (multi-component names only)."""
+    def _suffix_root(self, spelled: str, includer: str) -> IncludeRoot | None:
+        """The one directory D in the includer's package such that D/spelled exists
+        (multi-component names only)."""
         if self._files is None or "/" not in spelled:
             return None
         index = self._shared["suffix"]
@@ -207,6 +229,8 @@ class IncludeResolver:
         for f in index.get(tail2, ()):
             if f.endswith("/" + spelled):
                 roots.add(f[: -len(spelled) - 1])
+        own = self._package(includer)
+        roots = {r for r in roots if self._package(r + "/_") in (None, own)}
         if len(roots) != 1:
             return None
         r = roots.pop()
