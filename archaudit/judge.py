@@ -825,10 +825,26 @@ def _behind_runtime_check(analysis, gate: Gate) -> Behind:
     the module(s) whose resolved sources include it. Without one, the file's own translation unit
     is judged, and only if it defines kernels (a binding that launches kernels compiled from other
     sources cannot be judged alone)."""
+    first = Link("region", gate.path, gate.line, gate.expr, "runtime-check")
     if not gate.path.endswith(".cu"):
-        return Behind([], reason="a runtime check in a header: the translation units including it are not followed")
+        units = _includers_of(analysis, gate.path)
+        mods = []
+        try:
+            for u in units:
+                for m in analysis.behind.modules_compiling(u, first):
+                    m.chain.insert(1, Link("include", u, 1, gate.path, "includes"))
+                    mods.append(m)
+        except RecursionError:
+            mods = []
+        if not mods:
+            return Behind([], reason="a runtime check in a header: no translation unit that includes it "
+                          + (f"({', '.join(units[:3])}) " if units else "in its directory ")
+                          + "is compiled by a JIT module found in the scan")
+        refs = sorted(_module_refs(analysis, mods).values(), key=lambda r: r.name)
+        for r in refs:
+            r.guarded_function = gate.function
+        return Behind(refs)
     try:
-        first = Link("region", gate.path, gate.line, gate.expr, "runtime-check")
         mods = analysis.behind.modules_compiling(gate.path, first)
     except RecursionError:
         mods = []
@@ -837,6 +853,33 @@ def _behind_runtime_check(analysis, gate: Gate) -> Behind:
     for r in refs:
         r.guarded_function = gate.function
     return Behind(refs)
+
+
+HEADER_LEVELS = 3  # headers between a header's runtime check and the .cu files compiling it
+
+
+def _includers_of(analysis, header: str) -> list[str]:
+    """The .cu files under the header's directory that include it, directly or through other
+    headers there (HEADER_LEVELS deep), found by the #include lines naming its file name."""
+    scope = header.rsplit("/", 1)[0] + "/"
+    files = [f for f in analysis.source.files() if f.startswith(scope) and f.endswith((".cu", ".cuh", ".h", ".hpp", ".inl"))]
+    names, seen, units = {header.rsplit("/", 1)[-1]}, {header}, []
+    for _ in range(HEADER_LEVELS):
+        pattern = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*[<"](?:[^">]*/)?(' + b"|".join(
+            re.escape(n.encode()) for n in sorted(names)) + rb')[">]', re.M)
+        found = []
+        for f in files:
+            if f in seen:
+                continue
+            data = analysis.source.read(f)
+            if data and pattern.search(data):
+                seen.add(f)
+                found.append(f)
+        units += [f for f in found if f.endswith(".cu")]
+        names = {f.rsplit("/", 1)[-1] for f in found if not f.endswith(".cu")}
+        if not names:
+            break
+    return sorted(units)
 
 
 def tests_before_from_callgraph(analysis) -> TestsBefore:
