@@ -39,6 +39,7 @@ from dataclasses import dataclass
 
 from .model import (ARCH_LIST, BUILD_FLAGS, CAPABILITY_COMPARE, CPP_RUNTIME_CHECK, FLAG, NVCC_FLAGS, PREDICATE_CALL,
                     Gate)
+from .patch_warnings import excluding_comments
 from .sources import Source
 from .targets import Gpu, Registry
 
@@ -50,6 +51,8 @@ class Patch:
     description: str  # what the edit does, or why there is none
     new_text: str | None = None  # the whole patched file
     covered: bool = False  # no edit needed: the edits made before it (a combined patch) let the target through
+    # comments at the edit that say the target is left out there (patch_warnings): shown, not obeyed
+    warnings: list[str] = dataclasses.field(default_factory=list)
 
 
 class OverlaySource(Source):
@@ -266,7 +269,11 @@ class Patcher:
             after = self._reevaluate(overlay, moved, old_text, new_text)
             tried.append(what)
             if after is not None and self._verified(gate, after, gpu):
-                return Patch(path, unified_diff(path, old_text, new_text), what, new_text)
+                # the maintainers' words at the edit travel with its description (the command's
+                # messages and the finding's plan)
+                warnings = excluding_comments(path, old_text, new_text, gpu)
+                return Patch(path, unified_diff(path, old_text, new_text),
+                             what + "".join(f" (warning: {w})" for w in warnings), new_text, warnings=warnings)
         more = f"; and {len(tried) - 4} more" if len(tried) > 4 else ""
         return Patch(gate.path, None, "no candidate edit made the gate admit " + gpu.name + " when re-evaluated: "
                      + "; ".join(tried[:4]) + more + held)
@@ -294,6 +301,14 @@ class Patcher:
             return "the architecture list is neither a literal nor a module constant in this file"
         if gate.kind in (NVCC_FLAGS, BUILD_FLAGS):
             return "the build call passes its nvcc flags in no keyword argument a list or an item can be added to"
+        # `fused is None` after a fused path that may or may not be taken: on the target the
+        # outcome hangs on run-time values (shapes, dtypes, a build that may fail), so the target
+        # is not refused for certain, and no architecture test decides it
+        mixed = next((v for v in gate.via if v.startswith("environment-dependent on ")
+                      and gpu.name in v[len("environment-dependent on "):].split(", ")), None)
+        if mixed:
+            return (f"on {gpu.name} the test's outcome depends on run-time values too ({mixed}): {gpu.name} may "
+                    "already take this path, and no edit of an architecture test decides it")
         torch = re.search(r"^\s*import torch\b", text, re.M) is not None
         return (f"no predicate for {gpu.name} (or for its major) is in scope at the gate or in the predicates it "
                 f"calls, and no capability comparison or capability-keyed table in the gate or in the functions "
