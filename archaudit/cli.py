@@ -26,45 +26,108 @@ def parse_targets(names: tuple[str, ...]):
     return out
 
 
+def _filters(verdicts, packages, include, exclude, include_tests):
+    from .filters import Filters, parse_verdicts
+
+    try:
+        v = parse_verdicts(verdicts)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--verdict") from None
+    return Filters(v, tuple(packages), tuple(include), tuple(exclude), include_tests)
+
+
+def _nothing_to_scan(path, result) -> bool:
+    """True when PATH holds no Python or C/C++/CUDA source at all (an empty directory, a wrong
+    path): said on stderr, exit 2."""
+    if result.gates or result.stats.get("python_files"):
+        return False
+    from .sources import CUDA_EXT, SourceError, open_source
+
+    try:
+        files = open_source(path).files() if path else [".py"]
+    except SourceError:
+        return False
+    return not any(f.endswith((".py", *CUDA_EXT)) for f in files)
+
+
 @main.command()
 @click.argument("path", required=False, type=click.Path(path_type=str))
 @click.option("--target", "-t", "targets", multiple=True, metavar="GPU",
               help="GPU to judge for: sm_120, 12.0, 120f, sm_120a, or a product such as 'RTX PRO 6000'. Repeatable.")
-@click.option("--format", "fmt", type=click.Choice(["table", "text", "json", "sarif"]), default="table", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["table", "text", "json", "sarif"]), default=None,
+              help="table (default on a terminal: the first screen, as wide as the terminal), text (plain lines, "
+                   "the default when piped or with -o), json, sarif.")
 @click.option("-o", "--output", type=click.Path(writable=True), help="Write the report to a file (sarif: a directory gets one file per target).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress output on stderr.")
+@click.option("--verdict", "verdicts", multiple=True, metavar="VERDICT",
+              help="Only findings with this verdict (repeatable or comma-separated): software-only, partial, "
+                   "hardware-bound, binary-only, no-gpu-code, unresolved. Lists them one by one.")
+@click.option("--package", "packages", multiple=True, metavar="NAME",
+              help="Only gates of this distribution or top-level package (flashinfer-python, sglang, ...). Repeatable.")
+@click.option("--include", "include", multiple=True, metavar="GLOB",
+              help="Only gates whose path (relative to PATH) matches; '*' also matches '/', a directory matches "
+                   "what is under it. Repeatable.")
+@click.option("--exclude", "exclude", multiple=True, metavar="GLOB", help="Leave out gates whose path matches. Repeatable.")
+@click.option("--include-tests", is_flag=True,
+              help="Keep the packages' own test files (test/, tests/, testing/, test_*.py, *_test.py, conftest.py), "
+                   "left out by default.")
+@click.option("--all", "show_all", is_flag=True, help="Text and table: list every finding and every gate after the summary.")
 @cli_ci.scan_options
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the cache (ARCHAUDIT_CACHE_DIR, default ~/.cache/archaudit).")
 @click.option("--workers", type=click.IntRange(min=1), default=None, metavar="N",
               help="Processes for reading and prefiltering files (default: the usable cores).")
-def scan(path, targets, fmt, output, quiet, baseline_file, fail_on, repo_root, sarif_inventory, no_cache, workers):
-    """Scan a site-packages directory, a source tree or a wheel (default: this Python's site-packages)."""
+def scan(path, targets, fmt, output, quiet, verdicts, packages, include, exclude, include_tests, show_all,
+         baseline_file, fail_on, repo_root, sarif_inventory, no_cache, workers):
+    """Scan a site-packages directory, a source tree or a wheel (default: this Python's site-packages).
+
+    Prints first, per --target, how many gates stop the GPU, which can be patched (and the command
+    that makes the patch), which features are hardware-bound and why, and the unresolved ones
+    counted by reason; --verdict, --all and --format json give the findings one by one."""
+    import sys
+
     from .cli_common import scan_with_progress
+    from .filters import scope_result, verdict_result
     from .targets import registry
 
+    flt = _filters(verdicts, packages, include, exclude, include_tests)
+    if fmt is None:
+        fmt = "table" if output is None and sys.stdout.isatty() else "text"
+    elif fmt == "table" and (output is not None or not sys.stdout.isatty()):
+        fmt = "text"  # piped or to a file: plain lines, never wrapped mid-path
     ci = cli_ci.ScanCI(fmt, output, baseline_file, fail_on, repo_root, sarif_inventory)
     reqs = ci.targets(parse_targets(targets))
     ci.check(reqs)
     reg = registry()
     result = scan_with_progress(path, reqs, reg, quiet, cache=not no_cache, workers=workers)
-    result = ci.apply(result, reg)  # SARIF is written here
+    if _nothing_to_scan(path, result):
+        from .report.shown import shown
+
+        click.echo(shown(f"archaudit: {path}: no Python or CUDA/C++ source files found; nothing to audit"), err=True)
+        raise SystemExit(2)
+    result, left_out = scope_result(result, flt)
+    result = ci.apply(result, reg, keep=flt.keeps_item)  # SARIF is written here
+    result = verdict_result(result, flt, left_out)
     if fmt == "sarif":
         text = None
     elif fmt == "json":
         from .report.jsonout import to_json
 
         text = to_json(result, reg)
-    elif fmt == "text" or output:
-        from .report.text import render_text
-
-        text = render_text(result, reg)
     else:
-        from rich.console import Console
+        from .report.text import View
 
-        from .report.text import render_table
+        view = View(path_arg=path, show_all=show_all)
+        if fmt == "text":
+            from .report.text import render_text
 
-        render_table(result, reg, Console())
-        text = None
+            text = render_text(result, reg, view)
+        else:
+            from rich.console import Console
+
+            from .report.text import render_table
+
+            render_table(result, reg, Console(highlight=False, emoji=False), view)
+            text = None
     if text is not None and output:
         with open(output, "w", encoding="utf-8") as f:
             f.write(text)

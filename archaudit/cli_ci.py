@@ -112,12 +112,15 @@ class ScanCI:
         if (self.baseline is not None or self.fail) and not reqs:
             raise click.UsageError("--baseline and --fail-on need at least one --target")
 
-    def apply(self, result, reg):
+    def apply(self, result, reg, keep=None):
         """Compute findings, mark new ones, write SARIF if asked; returns the result to format
-        (findings limited to the new ones with --baseline)."""
+        (findings limited to the new ones with --baseline). `keep(finding)`: the report's filters
+        (archaudit/filters.py), applied to what SARIF, the baseline and --fail-on see."""
         from .baseline import mark_new
 
         items = _items(result)
+        if keep is not None:
+            items = [r for r in items if keep(r.finding)]
         active = [r for r in items if r.suppressed is None]
         if self.baseline is not None:
             new = mark_new(items, self.baseline)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import click
@@ -30,6 +31,11 @@ def _default_include() -> tuple[str, ...]:
     return ()
 
 
+def _duration(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s} s" if s < 60 else f"{s // 60} min {s % 60} s"
+
+
 @click.group("rules")
 def rules_group() -> None:
     """Inspect and check the architecture rule data (rules/*.toml)."""
@@ -54,10 +60,15 @@ def rules_group() -> None:
 def verify_cmd(rule_ids, target_names, no_macros, no_targets, include_dirs, jobs, no_cache, fmt) -> None:
     """Compile every rule's probe for every target and report rules the toolchain disagrees with.
 
+    A first run compiles a few thousand small probes (several minutes on 2 cores; it says how many
+    and about how long before it starts, and shows progress); results are cached per toolkit
+    version, so a rerun takes seconds.
+
     Exit status: 0 all agree, 1 some disagree, 2 nvcc missing or bad arguments.
     """
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                               TimeRemainingColumn)
     from rich.text import Text
 
     from .cuda.ruleset import RuleError
@@ -72,17 +83,34 @@ def verify_cmd(rule_ids, target_names, no_macros, no_targets, include_dirs, jobs
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
+        TextColumn("left"),
+        TimeRemainingColumn(),
         TextColumn("{task.description}"),
         console=err,
         transient=True,
         disable=not err.is_terminal,
     )
+    t0 = time.monotonic()
+    step = [0]
+
+    def start(total: int, cached: int, seconds: float) -> None:
+        # said before the first compile: a first run compiles thousands of probes
+        left = total - cached
+        how = ("all answered by the probe cache" if not left else
+               f"{left} to compile, about {_duration(seconds)} (estimate for a 2-core machine; "
+               f"cached afterwards, a rerun takes seconds)")
+        click.echo(f"archaudit: rules verify: {total} probes, {cached} cached; {how}", err=True)
+        step[0] = max(1, left // 10)
+
     try:
         with progress:
             task = progress.add_task("", total=None)
 
             def tick(done: int, total: int, label: str) -> None:
                 progress.update(task, completed=done, total=total, description=label)
+                if not err.is_terminal and step[0] and (done % step[0] == 0 or done == total):
+                    # a log or a pipe gets a line per tenth, so a long run is seen to move
+                    click.echo(f"archaudit: probed {done}/{total} ({_duration(time.monotonic() - t0)})", err=True)
 
             report = verify(
                 rule_ids=rule_ids or None,
@@ -93,6 +121,7 @@ def verify_cmd(rule_ids, target_names, no_macros, no_targets, include_dirs, jobs
                 cache_dir=None if no_cache else default_cache_dir(),
                 include_dirs=includes,
                 progress=tick,
+                start=start,
             )
     except ToolchainMissing as e:
         err.print(Text.assemble(("error:", "red"), " ", cell(e)))

@@ -69,7 +69,7 @@ class Gate:
     kind: str
     expr: str
     admits: frozenset  # GPU names ("sm_90") for which the guarded behaviour happens
-    resolution: str  # how the admitted set was established (see README)
+    resolution: str  # how the admitted set was established (see docs/architecture.md)
     resolved: bool = True
     package: str | None = None
     region: str = ""  # what the gate guards: "branch", "after-early-exit", "argument", ...

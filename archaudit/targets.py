@@ -159,6 +159,20 @@ class Registry:
         raise UnknownTarget(raw, self.suggest(raw))
 
     def suggest(self, text: str, n: int = 4) -> list[str]:
+        """Known targets close to an unknown one: for a number (sm_999, 12.5, compute_95) the GPUs
+        nearest to it numerically (capabilities, not spellings: sm_999 is not close to sm_90); for
+        a name, the closest spellings of the known names and products."""
+        t = text.strip().lower()
+        m = re.match(r"^(?:sm|compute)?[_ ]?(\d{2,4})[af]?$", t)
+        d = re.match(r"^(\d{1,2})\.(\d)[af]?$", t)
+        cc = None
+        if m:
+            digits = m.group(1)
+            cc = int(digits) // 10 if len(digits) == 4 else int(digits)  # 1200: __CUDA_ARCH__
+        elif d:
+            cc = int(d.group(1)) * 10 + int(d.group(2))
+        if cc is not None:
+            return [g.name for g in sorted(self.gpus, key=lambda g: (abs(g.cc - cc), -g.cc))[:n]]
         names = list(self.by_name)
         for g in self.gpus:
             names += [f"{g.name}{v}" for v in g.variants if v]

@@ -391,15 +391,17 @@ def test_rich_markup_in_scanned_text_is_not_interpreted(tmp_path):
     (tmp_path / "[red]").mkdir()
     (tmp_path / "[red]" / "m.py").write_text(
         'import torch\nif torch.cuda.get_device_capability() >= (9, 0) and X["[/bold]"]:\n    Y = 1\n')
-    r = CliRunner(env={"COLUMNS": "400"}).invoke(main, ["scan", str(tmp_path), "-t", "sm_120"])
+    # --all: the gate admits sm_120, so only the full inventory shows its expression
+    r = CliRunner(env={"COLUMNS": "400"}).invoke(main, ["scan", str(tmp_path), "-t", "sm_120", "--all"])
     assert r.exit_code == 0, r.output
     assert '"[/bold]"' in r.output and "[red]/m.py:2" in r.output
     info = tmp_path / "site" / "evil-1.0.dist-info"
     info.mkdir(parents=True)
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: [/x]evil\nVersion: [/y]1.0\n\n")
+    (tmp_path / "site" / "evil.py").write_text("X = 1\n")  # a source, or there is nothing to audit (exit 2)
     r = CliRunner().invoke(main, ["scan", str(tmp_path / "site")])
     assert r.exit_code == 0, r.output
-    assert "([/x]evil [/y]1.0)" in r.output
+    assert "[/x]evil [/y]1.0: 0 gates" in r.output
 
 
 def test_listing_order_does_not_change_the_json(corpus, monkeypatch, reg):

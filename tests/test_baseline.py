@@ -147,9 +147,10 @@ def test_baseline_round_trip(repo):
     r = _run(["scan", "ciapp", "--baseline", ".archaudit-baseline.json", "-q", "--format", "text"], repo)
     assert r.exit_code == 0, r.stderr
     assert "1 known, 0 new finding(s) (not in .archaudit-baseline.json)" in r.stderr
-    assert r.stdout.endswith("sm_120: 1 known, 0 new\n")
+    head = "sm_120 (RTX PRO 6000, RTX 5090, RTX 5080): "
+    assert head + "no new gate stops it (1 known, in the baseline)\n" in r.stdout
     r = _run(["scan", "ciapp", "--baseline", ".archaudit-baseline.json", "-q", "--format", "table"], repo)
-    assert r.exit_code == 0 and "sm_120: 1 known, 0 new" in r.stdout
+    assert r.exit_code == 0 and head + "no new gate stops it (1 known, in the baseline)" in r.stdout
 
     # add a gate: exit 1, naming only the new one
     layers = repo / "ciapp" / "layers.py"
@@ -159,7 +160,8 @@ def test_baseline_round_trip(repo):
     lines = [x for x in r.stderr.splitlines() if x.startswith("  ")]
     assert lines == ["  layers.py:26: unresolved on sm_120: is_sm90_supported() (layers.hopper_only)"]
     assert "1 known, 1 new finding(s) (not in .archaudit-baseline.json)" in r.stderr
-    assert r.stdout.endswith("sm_120: 1 known, 1 new (1 unresolved)\n")
+    assert head + "1 new gate stops it (1 known, in the baseline)\n  1 unresolved: " in r.stdout
+    assert "\nlayers.py:26:8: sm_120: unresolved: " in r.stdout  # the new one, listed
 
     # the SARIF of that run holds only the new result, marked new
     r = _run(["scan", "ciapp", "--baseline", ".archaudit-baseline.json", "-q", "--format", "sarif"], repo)

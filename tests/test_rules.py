@@ -1,6 +1,7 @@
 """Rule data (rules/instructions.toml, rules/macros.toml) and its loader."""
 from __future__ import annotations
 
+import re
 import shutil
 
 import pytest
@@ -236,9 +237,15 @@ def test_verify_subset_agrees_with_toolchain(tmp_path, monkeypatch):
     assert out["observed"]["ptx.tcgen05"] == ["sm_100a", "sm_100f"]
     assert out["observed"]["ptx.mma_block_scale"] == ["sm_120f", "sm_121a"]
     assert list((tmp_path / "archaudit" / "probes").rglob("*.json"))
+    # said before the first compile: how many probes, and about how long (issue 24)
+    n = out["probes"]
+    assert re.match(rf"archaudit: rules verify: {n} probes, 0 cached; {n} to compile, about \d+ (s|min \d+ s) ",
+                    res.stderr)
+    assert f"archaudit: probed {n}/{n} (" in res.stderr  # progress lines when not on a terminal
     # Second run: all from the cache.
     res2 = CliRunner().invoke(main, args)
     assert json.loads(res2.stdout)["cache_hits"] == json.loads(res2.stdout)["probes"]
+    assert res2.stderr.startswith(f"archaudit: rules verify: {n} probes, {n} cached; all answered by the probe cache\n")
 
 
 @pytest.mark.nvcc

@@ -166,7 +166,7 @@ class TuResult:
 
 
 # Input problems that make any prediction for the TU meaningless: nvcc would reject the file or
-# never finish, or we could not read it as source (see README "Untrusted input").
+# never finish, or we could not read it as source (see docs/architecture.md "Untrusted input").
 INPUT_PROBLEMS = frozenset(("unbalanced-conditional", "include-cycle", "expansion-limit", "expression-depth",
                             "binary-file", "too-large", "not-a-file"))
 

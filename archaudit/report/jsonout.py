@@ -1,4 +1,4 @@
-"""JSON output: a documented, versioned object (see README "JSON schema"). Pure function of a scan."""
+"""JSON output: a documented, versioned object (see docs/architecture.md "JSON schema"). Pure function of a scan."""
 from __future__ import annotations
 
 import json
@@ -59,6 +59,8 @@ def to_json(result, reg: Registry) -> str:
         "findings": [finding_to_json(f) for f in sorted(result.findings, key=Finding.sort_key)],
         "modules": [m.to_json(reg) for m in result.modules],
         "diagnostics": [d.to_json() for d in result.diagnostics],
-        "stats": {k: v for k, v in result.stats.items() if k != "seconds"},
+        # what the command's filters left out (archaudit/filters.py); None when none were applied
+        "filters": result.stats.get("filters"),
+        "stats": {k: v for k, v in result.stats.items() if k not in ("seconds", "filters")},
     }
     return json.dumps(obj, indent=2, sort_keys=False) + "\n"
