@@ -350,7 +350,7 @@ class Behind:
             if not chain:
                 continue
             cont, idx, st = chain[-1]
-            path = _path_to_call(st, off, short)
+            path = path_to_call(st, off, short)
             if raises:
                 if path is None or any(n.k == "lambda" for n in path):
                     continue  # a call deferred into a lambda runs later, if at all
@@ -624,7 +624,7 @@ def _mentions(x: N | None, names: set) -> bool:
     return x is not None and bool(names) and any(e.k == "name" and e.f["id"] in names for e in walk_exprs(x))
 
 
-def _path_to_call(st: N, off: int, short: str) -> list[N] | None:
+def path_to_call(st: N, off: int, short: str) -> list[N] | None:
     """The expressions of a statement's own header from the outermost down to the call that starts
     at `off` (the innermost such call whose callee is named `short`, else the innermost)."""
     found: list[list[N]] = []

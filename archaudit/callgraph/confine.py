@@ -37,6 +37,7 @@ from typing import Callable
 
 from ..parsing.python_ir import N
 from ..python.pybytes import word_pattern
+from .behind import path_to_call
 from .graph import UNRESOLVED_PREFIX, Call
 from .resolve import Ctx, iter_stmts, walk_exprs
 
@@ -117,7 +118,7 @@ class Confiner:
         if ctx.kind != "function" and _bound_names([st]):
             raise _Stop(f"{where}: a module-level name it binds can be read anywhere")
         if call is not None:
-            path = _expr_path(st, off)
+            path = path_to_call(st, off, "")
             if path is None or any(n.k in ("lambda", "comp") for n in path):
                 raise _Stop(f"{where}: the call is deferred (a lambda or comprehension), when it runs is not followed")
         if st.k in ("if", "while") and st.f["test"].sb <= off < st.f["test"].eb:
@@ -382,29 +383,6 @@ class Confiner:
         dotted = d[len("result of "):].split("(", 1)[0].rstrip(".")
         top = dotted.split(".", 1)[0]
         return bool(top) and top not in self.scanned and not self.holds_gpu_code(dotted) and not self.passes_objects(dotted)
-
-
-def _expr_path(st: N, off: int) -> list[N] | None:
-    """The expressions of a statement's header from the outermost down to the call starting at off."""
-    found: list[list[N]] = []
-
-    def rec(v, path: list[N]) -> None:
-        if isinstance(v, N):
-            if not (v.sb <= off < v.eb) or v.k in ("def", "class"):
-                return
-            p = path + [v]
-            if v.k == "call" and v.sb == off:
-                found.append(p)
-            for x in v.f.values():
-                rec(x, p)
-        elif isinstance(v, (list, tuple)):
-            for x in v:
-                rec(x, path)
-
-    for key, v in st.f.items():
-        if key not in ("body", "orelse", "handlers", "final"):
-            rec(v, [])
-    return max(found, key=len) if found else None
 
 
 def _flat_targets(t: N) -> list[N]:
