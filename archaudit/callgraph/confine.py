@@ -203,7 +203,7 @@ class Confiner:
             if not chain:
                 raise _Stop(f"{c.path}:{c.line}: no statement holds the call of {ctx.qualname}")
             st = chain[-1][2]
-            path = _expr_path(st, coff)
+            path = path_to_call(st, coff, "")
             if path is None:
                 raise _Stop(f"{c.path}:{c.line}: the call of {ctx.qualname} is not in its statement's header")
             self._statement(gctx, coff, path[-1], work, levels - 1, seen)
