@@ -196,7 +196,8 @@ def write_sarif(log, output) -> list[str]:
 
 
 # --- commands --------------------------------------------------------------------------------
-def _scan(path, reqs, quiet, what=""):
+def _scan(path, reqs, quiet, what="", cache=True):
+    """The scan, through the cache `scan` uses (cache: True for it, False for none)."""
     from rich.console import Console
     from rich.markup import escape
 
@@ -214,7 +215,7 @@ def _scan(path, reqs, quiet, what=""):
     try:
         if status is not None:
             status.start()
-        return run_scan(path, reqs, registry(), progress=progress)
+        return run_scan(path, reqs, registry(), progress=progress, cache=cache)
     except SourceError as e:
         raise click.UsageError(str(e)) from None
     finally:
@@ -230,14 +231,15 @@ def register(main) -> None:
     @click.option("-o", "--output", default=DEFAULT_BASELINE, show_default=True,
                   type=click.Path(dir_okay=False, writable=True), help="Baseline file to write.")
     @click.option("-q", "--quiet", is_flag=True, help="No progress output on stderr.")
-    def baseline(path, targets, output, quiet):
+    @click.option("--no-cache", is_flag=True, help="Neither read nor write the cache (the same one `scan` uses).")
+    def baseline(path, targets, output, quiet, no_cache):
         """Record today's findings so that `scan --baseline` reports only new ones."""
         from .baseline import dump_baseline
         from .cli import parse_targets
 
         reqs = parse_targets(targets)
         check_output(output)
-        result = _scan(path, reqs, quiet)
+        result = _scan(path, reqs, quiet, cache=not no_cache)
         items = _items(result)
         text = dump_baseline(items, [t.gpu.name for t in reqs])
         with open(output, "w", encoding="utf-8") as f:
@@ -257,7 +259,8 @@ def register(main) -> None:
     @click.option("--repo-root", type=click.Path(file_okay=False, path_type=str), metavar="DIR",
                   help="SARIF: repository whose pinning lines results point at (default: the git work tree).")
     @click.option("-q", "--quiet", is_flag=True, help="No progress output on stderr.")
-    def diff(old, new, targets, fmt, output, fail_on, repo_root, quiet):
+    @click.option("--no-cache", is_flag=True, help="Neither read nor write the cache (the same one `scan` uses).")
+    def diff(old, new, targets, fmt, output, fail_on, repo_root, quiet, no_cache):
         """Compare the gates of two environments (site-packages, wheels, source trees): a dependency bump."""
         from . import diff as d
         from .cli import parse_targets
@@ -272,8 +275,8 @@ def register(main) -> None:
         if repo_root is not None and not os.path.isdir(repo_root):
             raise click.BadParameter(f"{repo_root}: not a directory", param_hint="--repo-root")
         reg = registry()
-        a = _scan(old, reqs, quiet, "old")
-        b = _scan(new, reqs, quiet, "new")
+        a = _scan(old, reqs, quiet, "old", cache=not no_cache)
+        b = _scan(new, reqs, quiet, "new", cache=not no_cache)
         res = d.diff_scans(a, b, [t.gpu.name for t in reqs])
         if fmt == "json":
             text = d.render_json(res, reg)

@@ -48,24 +48,26 @@ def explain_data(a, site):
 
 @click.command("explain")
 @click.argument("path", type=click.Path(path_type=str))
-@click.argument("site")
+@click.argument("site", metavar="FILE:LINE")
 @click.option("--target", "-t", "targets", multiple=True, metavar="GPU",
               help="Judge the gate for this GPU (sm_120, 12.0, 'RTX PRO 6000', ...). Repeatable.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True))
-def explain_cmd(path, site, targets, fmt, output):
+@click.option("--no-cache", is_flag=True, help="With --target: neither read nor write the cache `scan` uses.")
+def explain_cmd(path, site, targets, fmt, output, no_cache):
     """Chain from the gate at FILE:LINE to each JIT module it controls, with its sources. With
-    --target: the gate evaluated in its own function, then for each target it excludes the verdict
-    (software-only / partial / hardware-bound / binary-only / unresolved) with evidence and patch."""
+    --target: the gate as the scan of PATH for those targets judged it (read from the scan's cache
+    when `archaudit scan` has run), for each target it excludes the verdict (software-only /
+    partial / hardware-bound / binary-only / unresolved) with evidence and patch."""
     from .callgraph.render import explain_text
     from .pipeline import run_with_big_stack
 
     check_output(output)
+    if targets:
+        _explain_targets(path, site, targets, fmt, output, no_cache)
+        return
     a = _open(path)
     s = _site(a, site)
-    if targets:
-        _explain_targets(a, s, targets, fmt, output)
-        return
     if not s.path.endswith(".py"):
         raise click.UsageError(f"{site}: a C/C++ runtime check is explained with --target (it is judged with the "
                                "JIT module that compiles its file)")
@@ -73,21 +75,36 @@ def explain_cmd(path, site, targets, fmt, output):
     write_output(json.dumps(e.to_json(), indent=2) + "\n" if fmt == "json" else explain_text(e), output)
 
 
-def _explain_targets(a, site, targets, fmt, output) -> None:
+def _explain_targets(path, site, targets, fmt, output, no_cache) -> None:
+    """The scan's verdicts for the gates on one line: the scan runs through its cache (a hit after
+    `archaudit scan PATH -t ...` with the same targets), so explain says what scan reported."""
     from .cli import parse_targets
-    from .explain import explain, render_text
-    from .pipeline import run_with_big_stack
+    from .cli_common import scan_with_progress
+    from .explain import from_scan, render_text
     from .report.jsonout import finding_to_json, gate_to_json
-    from .sources import WheelSource
+    from .sources import SourceError, open_source
     from .targets import registry
 
+    m = _SITE.match(site)
+    if not m:
+        raise click.BadParameter(f"{site!r}: expected FILE:LINE", param_hint="FILE:LINE")
     reqs = parse_targets(tuple(targets))
     reg = registry()
-    files = a.source.files()
-    path_based = bool(a.source.distributions()) or isinstance(a.source, WheelSource)
-    expls = run_with_big_stack(lambda: explain(a.source, files, a.index, reg, site.path, site.line, reqs, path_based))
+    try:
+        source = open_source(path)
+    except SourceError as e:
+        raise click.UsageError(str(e)) from None
+    f = m.group("file").replace("\\", "/")
+    root = getattr(source, "root", None)
+    if root is not None and f.startswith(str(root).rstrip("/") + "/"):
+        f = f[len(str(root).rstrip("/")) + 1:]
+    line = int(m.group("line"))
+    result = scan_with_progress(path, reqs, reg, False, cache=not no_cache)
+    expls = from_scan(result, f, line)
     if not expls:
-        raise click.UsageError(f"{site.path}:{site.line}: no architecture gate on this line")
+        if source.read(f) is None:
+            raise click.UsageError(f"{site}: no such file/line in the scan (paths are relative to the scan root)")
+        raise click.UsageError(f"{f}:{line}: no architecture gate on this line")
     if fmt == "json":
         data = [{"gate": gate_to_json(e.gate, reg, reqs), "admitted": e.admitted,
                  "not_evaluated": [{"target": t, "earlier_arm": {"path": eg.path, "line": eg.line, "expr": eg.expr}}
@@ -166,16 +183,30 @@ def _subgraph(a, start: str, depth: int):
 @click.argument("path", type=click.Path(path_type=str))
 @click.option("--format", "fmt", type=click.Choice(["pycg", "json"]), default="pycg", show_default=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True))
-def callgraph_cmd(path, fmt, output):
+@click.option("--no-cache", is_flag=True, help="Neither read nor write the cache `scan` uses.")
+def callgraph_cmd(path, fmt, output, no_cache):
     """The whole call graph: PyCG JSON ({"pkg.mod.func": [callees]}) or archaudit JSON (edges with sites)."""
-    from .pipeline import run_with_big_stack
+    from .cache import Cache
+    from .derived import cached_by_inputs
+    from .sources import SourceError
 
     check_output(output)
+    store = None if no_cache else Cache()
+    # the whole graph of a large tree takes minutes: stored under the fingerprint of the files
+    try:
+        text = cached_by_inputs(store, path, "callgraph", (fmt,), lambda: _callgraph_text(path, fmt))
+    except SourceError as e:
+        raise click.UsageError(str(e)) from None
+    write_output(text, output)
+
+
+def _callgraph_text(path, fmt) -> str:
+    from .pipeline import run_with_big_stack
+
     a = _open(path)
     run_with_big_stack(a.graph.build_all)
     if fmt == "pycg":
-        write_output(json.dumps(a.graph.to_pycg(), indent=1, sort_keys=True) + "\n", output)
-        return
+        return json.dumps(a.graph.to_pycg(), indent=1, sort_keys=True) + "\n"
     g = a.graph.g
     data = {
         "nodes": [{"name": n, **{k: v for k, v in d.items() if v is not None}} for n, d in sorted(g.nodes(data=True))],
@@ -183,7 +214,7 @@ def callgraph_cmd(path, fmt, output):
                   for u, v, d in sorted(g.edges(data=True), key=lambda e: (e[0], e[1]))],
         "jit_modules": [m.to_json() for m in (a.jit.module(k) for k in sorted(a.graph.r.sinks)) if m is not None],
     }
-    write_output(json.dumps(data, indent=1) + "\n", output)
+    return json.dumps(data, indent=1) + "\n"
 
 
 def register(main: click.Group) -> None:

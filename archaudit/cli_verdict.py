@@ -14,41 +14,33 @@ from .report.shown import shown
               help="Also patch gates whose modules build but have stub kernels (see each finding's safe entry points).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), help="Write the diff to a file.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress or summary on stderr.")
-def patch_cmd(path, target, include_partial, output, quiet):
+@click.option("--no-cache", is_flag=True, help="Neither read nor write the cache (the same one `scan` uses).")
+def patch_cmd(path, target, include_partial, output, quiet, no_cache):
     """Print a unified diff (paths relative to the scan root: apply with `patch -p0` or
     `git apply -p0`) that makes each software-only gate admit TARGET, including the gates further
     down its chain. Hardware-bound, binary-only and unresolved gates are never patched."""
+    from .cache import Cache
     from .cli import parse_targets
-    from .judge import patch_gates_of, protected_functions
-    from .patch import combined_patch
+    from .derived import cached_patch_output
     from .targets import registry
 
     reg = registry()
     (req,) = parse_targets((target,))
     check_output(output)
-    result = scan_with_progress(path, [req], reg, quiet)
-    wanted = ("software-only", "partial") if include_partial else ("software-only",)
-    gates, skipped = [], []
-    for f in result.findings:
-        if f.verdict in wanted:
-            gates += patch_gates_of(f, result.gates)
-        else:
-            skipped.append(f)
-    if not gates:
+    # the scan's own cache: after `archaudit scan`, the result is read back, not recomputed; the
+    # combined patch made from it is stored beside it (derived.py)
+    store = None if no_cache else Cache()
+    result = scan_with_progress(path, [req], reg, quiet, cache=store)
+    out = cached_patch_output(store, result, path, req.gpu, include_partial, reg)
+    if not out.done:
         if not quiet:
             click.echo(f"archaudit: no software-only gate excludes {req.gpu.name}; nothing to patch", err=True)
         raise SystemExit(0)
-    patcher = result.patcher
-    patcher.protected = protected_functions(result.findings, result.gates, req.gpu.name)
-    diff, done = combined_patch(patcher, gates, req.gpu)
-    write_output(diff, output)
+    write_output(out.diff, output)
     if not quiet:
-        for g, p in done:
-            mark = "patched" if p.new_text is not None else "covered" if p.covered else "NOT patched"
-            click.echo(shown(f"{mark}: {g.path}:{g.line}: {p.description}"), err=True)
-        by = {}
-        for f in skipped:
-            by[f.verdict] = by.get(f.verdict, 0) + 1
+        for mark, gpath, line, description in out.done:
+            click.echo(shown(f"{mark}: {gpath}:{line}: {description}"), err=True)
+        by = out.skipped
         if by:
             click.echo("left alone: " + ", ".join(f"{n} {v}" for v, n in sorted(by.items()))
                        + " (hardware-bound, binary-only and unresolved gates are never patched"

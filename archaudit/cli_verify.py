@@ -28,7 +28,8 @@ from .cli_common import check_output, scan_with_progress, write_output
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), help="Write the report to a file.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
-def verify_cmd(path, target, modules, gates, jobs, timeout, includes, nvcc_flags, fmt, output, quiet):
+@click.option("--no-cache", is_flag=True, help="Neither read nor write the scan's cache (the one `scan` uses).")
+def verify_cmd(path, target, modules, gates, jobs, timeout, includes, nvcc_flags, fmt, output, quiet, no_cache):
     """Confirm or refute the static verdicts of PATH's JIT modules for TARGET with nvcc.
 
     Each selected module's .cu sources are compiled device-only (nvcc -ptx, then ptxas) for the
@@ -56,7 +57,7 @@ def verify_cmd(path, target, modules, gates, jobs, timeout, includes, nvcc_flags
     (req,) = parse_targets((target,))
     ct = reg.compile_target(req).name
     t0 = time.monotonic()
-    result = scan_with_progress(path, [req], reg, quiet)
+    result = scan_with_progress(path, [req], reg, quiet, cache=not no_cache)  # the scan's result, as `scan` left it
     cands, unmatched = V.select(result, req.gpu.name, modules, gates)
     for u in unmatched:
         click.echo(shown(f"archaudit verify: {u}"), err=True)

@@ -1,11 +1,18 @@
-"""`archaudit explain FILE:LINE --target T`: the whole evidence for one gate without a full scan.
+"""The whole evidence for the gates on one line, per target.
 
-Only the function holding the line is evaluated (its callees on demand), then the call graph is
-searched from that gate, the modules behind it are judged for each target, and the gates down the
-chain (the arch lists feeding the modules' nvcc flags) are evaluated the same way for the patch plan.
+`archaudit explain FILE:LINE --target T` reads it off the scan's result (`from_scan`: through the
+scan's cache, so it says exactly what `scan` reported, verdicts, evidence and patches included).
+
+`explain` judges one gate without a full scan: only the function holding the line is evaluated
+(its callees on demand), then the call graph is searched from that gate, the modules behind it are
+judged for each target, and the gates down the chain (the arch lists feeding the modules' nvcc
+flags) are evaluated the same way for the patch plan. It does not see what only the whole scan
+knows (gates found in later rounds, the functions other gates protect from patching), so its
+answer can differ from the scan's.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from .model import Finding, Gate
@@ -96,6 +103,30 @@ def explain(source: Source, files: list[str], index, reg: Registry, path: str, l
                          tests_before=tests_before, not_evaluated=skipped)
         out.append(GateExplanation(g, fs, [t.gpu.name for t in targets if t.gpu.name in g.admits],
                                    [(t, eg) for _g, t, eg in skipped]))
+    return out
+
+
+_NOT_EVALUATED = re.compile(r"^(?P<target>\S+) (?P<path>.+):(?P<line>\d+) \(earlier arm at line (?P<earlier>\d+)\)$")
+
+
+def from_scan(result, path: str, line: int) -> list[GateExplanation]:
+    """The explanations of the gates on one line, read off a scan's result (the same verdicts,
+    evidence and patches the scan reports: `archaudit explain --target` on the scan's cache)."""
+    gates = [g for g in result.gates if g.path == path and g.line == line]
+    out = []
+    for g in gates:
+        fs = [f for f in result.findings if f.gate.location == g.location and f.gate.kind == g.kind
+              and f.gate.expr == g.expr]
+        admitted = [t.gpu.name for t in result.targets if t.gpu.name in g.admits]
+        skipped = []
+        for text in result.stats.get("not_evaluated_gates", []):
+            m = _NOT_EVALUATED.match(text)
+            if m is None or (m["path"], int(m["line"])) != (g.path, g.line):
+                continue
+            earlier = next((e for e in result.gates if e.path == g.path and e.line == int(m["earlier"])), None)
+            if earlier is not None:
+                skipped.append((m["target"], earlier))
+        out.append(GateExplanation(g, fs, admitted, skipped))
     return out
 
 

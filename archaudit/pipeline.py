@@ -191,7 +191,9 @@ def _scan(path, targets, reg, progress, cache, workers) -> ScanResult:
     py_files = [f for f in files if f.endswith(".py")]
     root = str(path) if path is not None else source.label
     targets = list(targets or [])
-    tnames = sorted({t.gpu.name for t in targets})
+    # the result depends on each target's compile variant too (-t sm_100f judges sm_100f builds,
+    # -t sm_100 what a JIT would pass): keyed by both, or a warm sm_100f scan answered for sm_100
+    tnames = sorted({t.gpu.name + (f"/{t.variant}" if t.variant else "") for t in targets})
     store = _open_cache(cache)
     fp = prev = rkey = None
     info: dict = {"mode": "off"}
@@ -210,6 +212,7 @@ def _scan(path, targets, reg, progress, cache, workers) -> ScanResult:
             mode = "cutoff"
         if payload is not None:
             info["mode"] = mode
+            info["key"] = key  # what commands deriving their output from this result key it by (derived.py)
             if mode == "cutoff":
                 store.put("result", key, payload)
             if mode == "cutoff" or not _same_run(prev, fp, key, tnames):
@@ -330,10 +333,35 @@ def _scan(path, targets, reg, progress, cache, workers) -> ScanResult:
                    "modules": result.modules,
                    "stats": {k: v for k, v in stats.items() if k != "seconds"}, "names": gscan.names}
         key = fp.key(tnames)
-        store.put("result", key, payload)
+        if store.put("result", key, payload):
+            info["key"] = key
+            from .derived import store_scan_patch
+
+            store_scan_patch(store, result, reg)  # what `archaudit patch` reads back (derived.py)
         _save_run(store, rkey, fp, key, tnames, payload)
         info.update(store.stats())
     return result
+
+
+def input_fingerprint(path, store: Cache, workers: int | None = None, progress: Progress | None = None):
+    """(source, fingerprint) of a scan root's inputs, taken the way scan takes them (trusting the
+    previous scan's stat snapshot; nothing is written): what a command whose output depends on the
+    inputs alone, not on a scan's result (the whole call graph), keys its stored output by.
+    fingerprint.key([]) is the key a scan without targets stores its result under."""
+    from .scancache import fingerprint, run_key
+
+    say = _adapt_progress(progress)
+    workers = default_workers() if workers is None else max(1, int(workers))
+    source = open_source(path)
+    files = source.files()
+    prev = store.get("run", run_key(source))
+    fp = fingerprint(source, files, prev if isinstance(prev, dict) else None, workers, say)
+    return source, fp
+
+
+def inputs_unchanged(source: Source, fp) -> bool:
+    """Are the inputs still those fingerprinted (nothing changed while a command ran)?"""
+    return _inputs_unchanged(source, fp)
 
 
 # how often a worker without PR_SET_PDEATHSIG looks whether its parent is still there
