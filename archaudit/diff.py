@@ -1,20 +1,59 @@
 """Compare two scans (a dependency bump): gates added, removed, and changed (admitted GPUs,
-expression, or verdict per target). Gates are matched by identity (baseline.gate_keys), so lines
-that merely moved are not changes. Pure functions; the CLI scans and prints.
+expression, or verdict per target), and per target what that does to the findings.
+
+Gates are matched by identity, never by line number or order: the distribution, the qualified
+name of the enclosing function, the gate kind and the expression text (whitespace normalised),
+plus an occurrence index among gates with that same identity (in file order). A gate that only
+moved is therefore not a change, and three gates of one function that trade places
+(`== 9`, `== 10`, `== 12`) are three unchanged gates. Gates left over on both sides are paired
+as "changed" only when there is no doubt which is which: the only leftover of its shape (the
+expression with arch numbers taken out, baseline.expr_skeleton) in its function, else the only
+leftover of its kind in its function. Everything else is added or removed.
+Pure functions; the CLI scans and prints.
 """
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from urllib.parse import quote
 
 from . import __version__
-from .baseline import expr_skeleton, gate_keys, reportable
+from .baseline import expr_skeleton, reportable
 from .model import Gate
 from .report.shown import shown
 
 ADMITTED = "admitted"  # verdict-like status of a gate that admits the target
 ADDED, REMOVED, CHANGED = "added", "removed", "changed"
+
+_WS = re.compile(r"\s+")
+_PUNCT_SPACE = re.compile(r" ?([^\w\s]) ?")
+_TRAILING_COMMA = re.compile(r",([\])}])")
+
+
+def norm_expr(expr: str) -> str:
+    """The expression text with layout taken out: whitespace runs collapsed, no space around
+    punctuation, no trailing comma before a closing bracket (`f(\\n  x=[9, 10],\\n)` == `f(x=[9,10])`)."""
+    s = _PUNCT_SPACE.sub(r"\1", _WS.sub(" ", expr).strip())
+    return _TRAILING_COMMA.sub(r"\1", s)
+
+
+def identity(g: Gate) -> str:
+    return f"{g.package or '-'}|{g.function}|{g.kind}|{norm_expr(g.expr)}"
+
+
+def gate_identities(gates: list[Gate]) -> list[str]:
+    """identity|occurrence of each gate (same order as `gates`); the occurrence counts gates of
+    equal identity in (path, line, col) order."""
+    groups: dict[str, list[int]] = {}
+    for i, g in enumerate(gates):
+        groups.setdefault(identity(g), []).append(i)
+    keys = [""] * len(gates)
+    for base, idx in groups.items():
+        idx.sort(key=lambda i: (gates[i].path, gates[i].line, gates[i].col))
+        for n, i in enumerate(idx):
+            keys[i] = f"{base}|{n}"
+    return keys
 
 
 @dataclass
@@ -39,7 +78,7 @@ class GateChange:
 
     @property
     def expr_changed(self) -> bool:
-        return bool(self.old and self.new and " ".join(self.old.expr.split()) != " ".join(self.new.expr.split()))
+        return bool(self.old and self.new and norm_expr(self.old.expr) != norm_expr(self.new.expr))
 
     def regressions(self) -> list[str]:
         """Targets that this change newly excludes (admitted or absent before, excluded now)."""
@@ -48,6 +87,23 @@ class GateChange:
             if o in (None, ADMITTED) and n not in (None, ADMITTED):
                 out.append(t)
         return out
+
+
+def _excluded(v: str | None) -> bool:
+    return v not in (None, ADMITTED)
+
+
+@dataclass
+class TargetSummary:
+    """What the changes do to one target's findings."""
+
+    new: dict[str, int] = field(default_factory=dict)  # verdict -> findings that appeared (excluded now, not before)
+    gone: dict[str, int] = field(default_factory=dict)  # old verdict -> findings that disappeared
+    changed: dict[tuple[str, str], int] = field(default_factory=dict)  # (old, new) verdict -> count
+
+    @property
+    def empty(self) -> bool:
+        return not (self.new or self.gone or self.changed)
 
 
 @dataclass
@@ -63,6 +119,18 @@ class ScanDiff:
     def count(self, kind: str) -> int:
         return sum(1 for c in self.changes if c.change == kind)
 
+    def target_summary(self, target: str) -> TargetSummary:
+        s = TargetSummary()
+        for c in self.changes:
+            o, n = c.verdicts.get(target, (None, None))
+            if _excluded(n) and not _excluded(o):
+                s.new[n] = s.new.get(n, 0) + 1
+            elif _excluded(o) and not _excluded(n):
+                s.gone[o] = s.gone.get(o, 0) + 1
+            elif _excluded(o) and _excluded(n) and o != n:
+                s.changed[(o, n)] = s.changed.get((o, n), 0) + 1
+        return s
+
 
 def _status(result) -> dict[tuple, str]:
     """(gate location, target) -> verdict of each excluding (gate, target); absent = admitted."""
@@ -74,38 +142,39 @@ def _loc(g: Gate) -> tuple:
     return (g.path, g.line, g.col, g.kind)
 
 
-def diff_scans(old, new, targets: list[str]) -> ScanDiff:
-    og, ng = list(old.gates), list(new.gates)
-    ok, nk = gate_keys(og), gate_keys(ng)
-    old_by = dict(zip(ok, og))
-    new_by = dict(zip(nk, ng))
-    pairs: list[tuple[str, Gate | None, Gate | None]] = []
-    for k in sorted(set(old_by) & set(new_by)):
-        pairs.append((k, old_by[k], new_by[k]))
+def match_gates(og: list[Gate], ng: list[Gate]) -> list[tuple[str, Gate | None, Gate | None]]:
+    """(key, old gate, new gate) for every gate of either side; None where it has no partner."""
+    old_by = dict(zip(gate_identities(og), og))
+    new_by = dict(zip(gate_identities(ng), ng))
+    pairs: list[tuple[str, Gate | None, Gate | None]] = [(k, old_by[k], new_by[k]) for k in sorted(set(old_by) & set(new_by))]
     rest_old = {k: g for k, g in old_by.items() if k not in new_by}
     rest_new = {k: g for k, g in new_by.items() if k not in old_by}
-    # second chance: the only gate of a kind in a function on both sides is the same gate, rewritten
-    def loose(g: Gate) -> tuple:
-        return (g.package, g.function, g.kind)
 
-    lo: dict[tuple, list[str]] = {}
-    ln: dict[tuple, list[str]] = {}
-    for k, g in rest_old.items():
-        lo.setdefault(loose(g), []).append(k)
-    for k, g in rest_new.items():
-        ln.setdefault(loose(g), []).append(k)
-    for lk in sorted(set(lo) & set(ln), key=str):
-        if len(lo[lk]) == 1 and len(ln[lk]) == 1:
-            ko, kn = lo[lk][0], ln[lk][0]
-            pairs.append((kn, rest_old.pop(ko), rest_new.pop(kn)))
-    for k, g in rest_old.items():
-        pairs.append((k, g, None))
-    for k, g in rest_new.items():
-        pairs.append((k, None, g))
+    # leftovers: the same gate rewritten, when it is the only candidate on both sides
+    def pair_unique(shape) -> None:
+        lo: dict[tuple, list[str]] = {}
+        ln: dict[tuple, list[str]] = {}
+        for k, g in rest_old.items():
+            lo.setdefault(shape(g), []).append(k)
+        for k, g in rest_new.items():
+            ln.setdefault(shape(g), []).append(k)
+        for s in sorted(set(lo) & set(ln), key=str):
+            if len(lo[s]) == 1 and len(ln[s]) == 1:
+                ko, kn = lo[s][0], ln[s][0]
+                pairs.append((kn, rest_old.pop(ko), rest_new.pop(kn)))
+
+    pair_unique(lambda g: (g.package, g.function, g.kind, expr_skeleton(g.expr)))
+    pair_unique(lambda g: (g.package, g.function, g.kind))
+    pairs += [(k, g, None) for k, g in rest_old.items()]
+    pairs += [(k, None, g) for k, g in rest_new.items()]
+    return pairs
+
+
+def diff_scans(old, new, targets: list[str]) -> ScanDiff:
     so, sn = _status(old), _status(new)
     changes: list[GateChange] = []
     moved = 0
-    for k, o, n in pairs:
+    for k, o, n in match_gates(list(old.gates), list(new.gates)):
         verdicts = {}
         for t in targets:
             vo = so.get((_loc(o), t), ADMITTED) if o is not None else None
@@ -135,9 +204,41 @@ def _pk(pkgs) -> str:
     return ", ".join(f"{d.name} {d.version}" for d in sorted(pkgs, key=lambda d: d.name.lower()))
 
 
+def _counts(d: dict) -> str:
+    return ", ".join(f"{n} {v}" for v, n in sorted(d.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def summary_lines(d: ScanDiff) -> list[str]:
+    """The short summary the text report starts with: the gates, then per target its findings."""
+    moved = f"; {d.moved} moved only (not changes)" if d.moved else ""
+    lines = [f"gates: {d.count(ADDED)} added, {d.count(REMOVED)} removed, {d.count(CHANGED)} changed{moved}"]
+    for t in d.targets:
+        s = d.target_summary(t)
+        if s.empty:
+            lines.append(f"{t}: no finding appeared, disappeared or changed verdict")
+            continue
+        parts = []
+        if s.new:
+            parts.append(f"{_plural(sum(s.new.values()), 'new finding')} ({_counts(s.new)})")
+        if s.gone:
+            parts.append(f"{_plural(sum(s.gone.values()), 'finding')} gone (were {_counts(s.gone)})")
+        if s.changed:
+            parts.append(f"{_plural(sum(s.changed.values()), 'verdict')} changed ("
+                         + _counts({f'{o} -> {n}': k for (o, n), k in s.changed.items()}) + ")")
+        lines.append(f"{t}: " + "; ".join(parts))
+    return lines
+
+
 def render_text(d: ScanDiff, reg) -> str:
     lines = [f"old: {d.old_root}" + (f" ({_pk(d.old_packages)})" if d.old_packages else ""),
              f"new: {d.new_root}" + (f" ({_pk(d.new_packages)})" if d.new_packages else "")]
+    lines += summary_lines(d)
+    if d.changes:
+        lines.append("")
     for c in d.changes:
         g = c.gate
         where = f"{g.path}:{g.line}"
@@ -150,13 +251,12 @@ def render_text(d: ScanDiff, reg) -> str:
             if c.admits_gained or c.admits_lost:
                 delta = " ".join([f"+{x}" for x in _names(reg, c.admits_gained)] + [f"-{x}" for x in _names(reg, c.admits_lost)])
                 lines.append(f"         admits: {delta}  (now: {' '.join(_names(reg, c.new.admits)) or 'none'})")
+            if c.old.resolved != c.new.resolved:
+                lines.append(f"         {'resolved' if c.new.resolved else 'no longer resolved'}: {c.new.resolution}")
         else:
             lines.append(f"         {' '.join(g.expr.split())}  admits: {' '.join(_names(reg, g.admits)) or 'none'}")
         for t, (o, n) in sorted(c.verdicts.items()):
             lines.append(f"         {t}: {o or '(no gate)'} -> {n or '(no gate)'}")
-    lines.append(f"{d.count(ADDED)} added, {d.count(REMOVED)} removed, {d.count(CHANGED)} changed"
-                 + (f"; {d.moved} moved only" if d.moved else "")
-                 + (f" (targets: {', '.join(d.targets)})" if d.targets else ""))
     return "\n".join(map(shown, lines)) + "\n"  # names from the scanned trees: report/shown.py
 
 
@@ -167,6 +267,11 @@ def _gate_json(g: Gate | None, reg) -> dict | None:
             "resolution": g.resolution, "resolved": g.resolved}
 
 
+def _target_json(s: TargetSummary) -> dict:
+    return {"new": dict(sorted(s.new.items())), "gone": dict(sorted(s.gone.items())),
+            "changed": [{"old": o, "new": n, "count": k} for (o, n), k in sorted(s.changed.items())]}
+
+
 def to_json_obj(d: ScanDiff, reg) -> dict:
     return {
         "schema_version": 1,
@@ -174,7 +279,8 @@ def to_json_obj(d: ScanDiff, reg) -> dict:
         "old": {"root": d.old_root, "packages": [{"name": p.name, "version": p.version} for p in d.old_packages]},
         "new": {"root": d.new_root, "packages": [{"name": p.name, "version": p.version} for p in d.new_packages]},
         "targets": d.targets,
-        "summary": {"added": d.count(ADDED), "removed": d.count(REMOVED), "changed": d.count(CHANGED), "moved": d.moved},
+        "summary": {"added": d.count(ADDED), "removed": d.count(REMOVED), "changed": d.count(CHANGED), "moved": d.moved,
+                    "targets": {t: _target_json(d.target_summary(t)) for t in d.targets}},
         "changes": [
             {
                 "change": c.change,
@@ -274,7 +380,8 @@ def to_sarif(d: ScanDiff, reg, repo_new=None) -> dict:
 
 
 def keys_for(gates: list[Gate]) -> dict[str, Gate]:  # convenience for tests and tools
-    return dict(zip(gate_keys(gates), gates))
+    return dict(zip(gate_identities(gates), gates))
 
 
-__all__ = ["diff_scans", "render_text", "render_json", "to_sarif", "ScanDiff", "GateChange", "expr_skeleton", "keys_for"]
+__all__ = ["diff_scans", "render_text", "render_json", "to_sarif", "ScanDiff", "GateChange", "expr_skeleton", "keys_for", "match_gates", "identity",
+           "norm_expr", "summary_lines"]

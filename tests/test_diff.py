@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from archaudit.cli import main
-from archaudit.diff import ADMITTED, diff_scans, render_json, render_text, to_sarif
+from archaudit.diff import ADMITTED, diff_scans, match_gates, norm_expr, render_json, render_text, summary_lines, to_sarif
 from archaudit.model import HARDWARE_BOUND, SOFTWARE_ONLY, UNRESOLVED, Finding, Gate
 from archaudit.pipeline import ScanResult
 from archaudit.sources import Distribution
@@ -53,9 +53,14 @@ def test_synthetic_diff(reg):
     assert "changed  fi/jit/comm.py:191 -> fi/jit/comm.py:197: arch-list in fi.jit.comm.gen_trtllm" in text
     assert "         admits: +sm_120 +sm_121  (now: sm_90 sm_100 sm_103 sm_107 sm_120 sm_121)" in text
     assert "         sm_120: unresolved -> admitted" in text
-    assert text.endswith("1 added, 1 removed, 1 changed; 1 moved only (targets: sm_120)\n")
+    # the summary comes first: gates, then per target what happened to its findings
+    assert text.splitlines()[2:4] == [
+        "gates: 1 added, 1 removed, 1 changed; 1 moved only (not changes)",
+        "sm_120: 1 new finding (1 unresolved); 2 findings gone (were 2 unresolved)",
+    ]
     obj = json.loads(render_json(d, reg))
-    assert obj["summary"] == {"added": 1, "removed": 1, "changed": 1, "moved": 1}
+    assert obj["summary"] == {"added": 1, "removed": 1, "changed": 1, "moved": 1, "targets": {
+        "sm_120": {"new": {"unresolved": 1}, "gone": {"unresolved": 2}, "changed": []}}}
     assert obj["changes"][0]["verdicts"] == {"sm_120": {"old": "unresolved", "new": "admitted"}}
     assert obj["changes"][0]["old"]["line"] == 191 and obj["changes"][0]["new"]["line"] == 197
 
@@ -67,6 +72,17 @@ def test_verdict_change_uses_the_judges_findings(reg):
     d = diff_scans(old, new, ["sm_120"])
     assert [(c.change, c.verdicts) for c in d.changes][:2] == [
         ("changed", {"sm_120": (SOFTWARE_ONLY, ADMITTED)}), ("added", {"sm_120": (None, HARDWARE_BOUND)})]
+    # a gate that stays, with another verdict: counted as a verdict change, not a new finding
+    old.findings.append(Finding(old.gates[0], "sm_120", HARDWARE_BOUND))
+    new.findings.append(Finding(new.gates[0], "sm_120", SOFTWARE_ONLY))
+    d = diff_scans(old, new, ["sm_120"])
+    assert summary_lines(d) == [
+        "gates: 1 added, 1 removed, 2 changed",
+        "sm_120: 1 new finding (1 hardware-bound); 2 findings gone (were 1 software-only, 1 unresolved); "
+        "1 verdict changed (1 hardware-bound -> software-only)",
+    ]
+    assert summary_lines(diff_scans(old, old, ["sm_120"])) == [
+        "gates: 0 added, 0 removed, 0 changed", "sm_120: no finding appeared, disappeared or changed verdict"]
 
 
 def test_diff_sarif_validates(reg):
@@ -97,17 +113,74 @@ def test_cli_diff_on_fixture_trees(tmp_path):
     r = _run(["diff", str(old), str(new), "-t", "sm_120", "-q"])
     assert r.exit_code == 1
     assert r.stdout.splitlines()[2:] == [
+        "gates: 0 added, 0 removed, 1 changed",
+        "sm_120: 1 finding gone (were 1 unresolved)",
+        "",
         "changed  fakefi/jit/comm.py:5 -> fakefi/jit/comm.py:6: arch-list in fakefi.jit.comm.gen_trtllm_comm_module",
         "         expr: current_compilation_context.get_nvcc_flags_list( supported_major_versions=[9, 10] )  ->  "
         "current_compilation_context.get_nvcc_flags_list( supported_major_versions=[9, 10, 12] )",
         "         admits: +sm_120 +sm_121  (now: sm_90 sm_100 sm_103 sm_107 sm_120 sm_121)",
         "         sm_120: unresolved -> admitted",
-        "0 added, 0 removed, 1 changed (targets: sm_120)",
     ]
     assert _run(["diff", str(old), str(new), "-t", "sm_120", "-q", "--fail-on", "regression"]).exit_code == 0
     assert _run(["diff", str(old), str(old), "-t", "sm_120", "-q"]).exit_code == 0
     r = _run(["diff", str(old), str(tmp_path / "nope"), "-q"])
     assert r.exit_code == 2 and "no such file or directory" in r.stderr
+
+
+PAIR = FIXTURES / "diffpair"
+
+
+def test_fixture_pair_exact_output():
+    """fixtures/diffpair: diffpkg 1.0 -> 1.1. Every gate moves down (a docstring and a new function
+    above them); pick_backend's three tests trade places (== 9, == 10, == 12: the same three gates);
+    gen_attention_module's list gains 12 (changed); use_nvfp4 is new; legacy_path is gone."""
+    r = _run(["diff", str(PAIR / "old"), str(PAIR / "new"), "-t", "sm_120", "-q", "--no-cache"])
+    assert r.exit_code == 1, r.stderr
+    assert r.stdout.splitlines() == [
+        f"old: {PAIR / 'old'} (diffpkg 1.0)",
+        f"new: {PAIR / 'new'} (diffpkg 1.1)",
+        "gates: 1 added, 1 removed, 1 changed; 4 moved only (not changes)",
+        "sm_120: 1 new finding (1 unresolved); 2 findings gone (were 2 unresolved)",
+        "",
+        "changed  diffpkg/ops.py:22 -> diffpkg/ops.py:30: arch-list in diffpkg.ops.gen_attention_module",
+        "         expr: current_compilation_context.get_nvcc_flags_list(supported_major_versions=[9, 10])  ->  "
+        "current_compilation_context.get_nvcc_flags_list( supported_major_versions=[9, 10, 12], )",
+        "         admits: +sm_120 +sm_121  (now: sm_90 sm_100 sm_103 sm_107 sm_120 sm_121)",
+        "         sm_120: unresolved -> admitted",
+        "added    diffpkg/ops.py:13: capability-compare in diffpkg.ops.use_nvfp4",
+        "         _major() == 10  admits: sm_100 sm_103 sm_107",
+        "         sm_120: (no gate) -> unresolved",
+        "removed  diffpkg/ops.py:33: capability-compare in diffpkg.ops.legacy_path",
+        "         _major() == 8  admits: sm_80 sm_86 sm_87 sm_88 sm_89",
+        "         sm_120: unresolved -> (no gate)",
+    ]
+    # the reversed bump: the same gates, the other way round
+    r = _run(["diff", str(PAIR / "new"), str(PAIR / "old"), "-t", "sm_120", "-q", "--no-cache"])
+    assert r.stdout.splitlines()[2:4] == [
+        "gates: 1 added, 1 removed, 1 changed; 4 moved only (not changes)",
+        "sm_120: 2 new findings (2 unresolved); 1 finding gone (were 1 unresolved)",
+    ]
+    # a tree against itself: nothing, exit 0
+    r = _run(["diff", str(PAIR / "old"), str(PAIR / "old"), "-t", "sm_120", "-q", "--no-cache"])
+    assert r.exit_code == 0 and r.stdout.splitlines()[2:] == [
+        "gates: 0 added, 0 removed, 0 changed", "sm_120: no finding appeared, disappeared or changed verdict"]
+
+
+def test_gates_are_matched_by_identity_not_position():
+    def g(line, expr, function="p.m.f", kind="capability-compare"):
+        return Gate("p/m.py", line, 8, function, kind, expr, frozenset(), "evaluated", True, "p", "branch", [])
+
+    old = [g(10, "major == 9"), g(12, "major == 10"), g(14, "major == 12"), g(20, "x >= (9, 0)", "p.m.h"),
+           g(30, "is_sm90()", "p.m.k", "predicate-call"), g(31, "is_sm90()", "p.m.k", "predicate-call")]
+    new = [g(40, "major == 12"), g(42, "major == 9"), g(44, "major   ==   10"), g(50, "x >= (10, 0)", "p.m.h"),
+           g(60, "is_sm90()", "p.m.k", "predicate-call")]
+    got = sorted(((o.line if o else None), (n.line if n else None)) for _k, o, n in match_gates(old, new))
+    # reordered tests keep their identity; a rewritten expression, alone in its function, is the same
+    # gate; of two equal calls, the first (in file order) is kept and the second is gone
+    assert got == [(10, 42), (12, 44), (14, 40), (20, 50), (30, 60), (31, None)]
+    assert norm_expr("f(\n  x=[9, 10],\n)") == norm_expr("f(x=[9,10])") == "f(x=[9,10])"
+    assert norm_expr("a  is not\tb") == "a is not b"
 
 
 @pytest.fixture(scope="module")
