@@ -101,8 +101,10 @@ def reportable(result, read_line=None) -> list[Reported]:
 
     Findings of the judge are used as they are. A gate that excludes a requested target and has
     no finding, or whose admitted set could not be resolved, becomes an `unresolved` finding that
-    says so, so that nothing that blocks a GPU is silently dropped. `read_line(path, line)` gives
-    the text of a source line for inline suppressions (None: no suppressions)."""
+    says so, so that nothing that blocks a GPU is silently dropped; one that an earlier arm of its
+    if/elif chain serves for the target (the scan's `not_evaluated_pairs`) is left out, as the
+    findings leave it out. `read_line(path, line)` gives the text of a source line for inline
+    suppressions (None: no suppressions)."""
     judged: dict[tuple, Finding] = {}
     for f in result.findings:
         judged.setdefault((_gate_id(f.gate), f.target), f)
@@ -113,11 +115,15 @@ def reportable(result, read_line=None) -> list[Reported]:
             seen.add(_gate_id(f.gate))
             gates.append(f.gate)
     keys = gate_keys(gates)
+    # gates an earlier if/elif arm serves for the target: no finding in any format
+    served = {(t, path, line, col, kind) for t, path, line, col, kind in result.stats.get("not_evaluated_pairs", [])}
     out: list[Reported] = []
     for t in [t.gpu.name for t in result.targets] or sorted({f.target for f in result.findings}):
         for g, k in zip(gates, keys):
             f = judged.get((_gate_id(g), t))
             if f is None:
+                if (t, g.path, g.line, g.col, g.kind) in served:
+                    continue
                 if not g.resolved:
                     f = Finding(g, t, UNRESOLVED, reason=f"the gate could not be resolved ({g.resolution})")
                 elif t not in g.admits:

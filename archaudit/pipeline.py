@@ -313,6 +313,8 @@ def _scan(path, targets, reg, progress, cache, workers) -> ScanResult:
         # gate x target pairs with no finding because an earlier if/elif arm admits the target
         "not_evaluated_gates": sorted(f"{t} {g.path}:{g.line} (earlier arm at line {eg.line})"
                                       for g, t, eg in not_evaluated),
+        # the same pairs as (target, path, line, col, kind): what every report leaves out alike
+        "not_evaluated_pairs": sorted([t, g.path, g.line, g.col, g.kind] for g, t, _eg in not_evaluated),
         "seconds": round(time.perf_counter() - t0, 3),
     }
     result = ScanResult(

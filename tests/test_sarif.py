@@ -341,3 +341,22 @@ def test_sarif_of_judged_fixture_findings(tmp_path, schema):
     # the chained plan edits two files: both appear in the fix
     assert [c["artifactLocation"]["uri"] for c in by_loc[("servelib/fusion.py", 9)]["fixes"][0]["artifactChanges"]] == \
         ["servelib/fusion.py", "kernlib/jit/modules.py"]
+
+
+def test_sarif_and_json_report_the_same_findings(tmp_path):
+    """A gate that an earlier if/elif arm serves for the target has no finding in the JSON, and
+    none in the SARIF or the baseline either (they used to add it as 'no verdict was computed')."""
+    pkg = tmp_path / "chainpkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "tiles.py").write_text(
+        "import torch\n\n\ndef tile():\n    cap = torch.cuda.get_device_capability()\n"
+        "    if cap >= (10, 0):\n        return 128\n    elif cap == (9, 0):\n        return 64\n    return 32\n")
+    runner = CliRunner()
+    out = runner.invoke(main, ["scan", str(tmp_path), "-t", "sm_120", "--format", "json", "--no-cache", "-q"])
+    doc = json.loads(out.output)
+    assert [(f["gate"]["path"], f["gate"]["line"]) for f in doc["findings"]] == []
+    assert doc["stats"]["not_evaluated_pairs"] == [["sm_120", "chainpkg/tiles.py", 8, 10, "capability-compare"]]
+    out = runner.invoke(main, ["scan", str(tmp_path), "-t", "sm_120", "--format", "sarif", "--no-cache", "-q"])
+    sarif = json.loads(out.output)
+    assert [r for run in sarif["runs"] for r in run["results"]] == []
