@@ -193,7 +193,9 @@ def fingerprint(source: Source, files: list[str], previous: dict | None, workers
     # a bad name) is part of the result but names no listed file: two trees with the same files
     # differ there, and so does one tree before and after such an entry is added
     walk = [f"{d.path}\0{d.kind}\0{d.line}\0{d.severity}\0{d.message}" for d in sorted(set(source.diagnostics))]
-    fp.listing = key_of("listing", *files, "|", *walk)
+    # and which listed paths were symlinks to which file (listed once: DirSource.aliases)
+    aliases = [f"{a}\0{c}" for a, c in sorted(getattr(source, "aliases", {}).items())]
+    fp.listing = key_of("listing", *files, "|", *walk, "|", *aliases)
     prev_files: dict[str, FileState] = (previous or {}).get("files", {})
     prev_snap = (previous or {}).get("snapshot_ns", 0)
     if isinstance(source, WheelSource):

@@ -209,6 +209,13 @@ def _safe_member(name: str) -> str | None:
     return str(p)
 
 
+# links followed one at a time for a symlink the kernel gives up on (ELOOP after 40): a chain
+# longer than this is not followed (symlink-chain)
+MAX_SYMLINK_CHAIN = 1000
+_LOOP = object()
+_TOO_LONG = object()
+
+
 class DirSource(Source):
     def __init__(self, root: Path):
         super().__init__()
@@ -216,6 +223,50 @@ class DirSource(Source):
         self.label = str(root)
         self._files: list[str] | None = None
         self._dirs: set[str] = set()
+        # a file reached through symlinks under several paths is one file: listed once, under
+        # its real path when that is listed, else its first path; the others map to it here
+        # (still readable by their own path: an #include or import may name them)
+        self.aliases: dict[str, str] = {}
+
+    def _chain_target(self, path: str, memo: dict):
+        """The real path of a symlink the kernel gave up on (ELOOP: more than 40 links), by
+        following it one link at a time: _LOOP when a link comes back (a real loop), _TOO_LONG when
+        more than MAX_SYMLINK_CHAIN links lead from it to a file, None when it ends nowhere. memo:
+        link path -> (result, links from it to the end), shared by the walk, so that each link is
+        followed once whichever link of its chain the walk meets first (the work is the number of
+        links, each a file on disk)."""
+        seen: list[str] = []
+        keys: set[tuple[int, int]] = set()
+        p = path
+        rest = 0  # links from p to the end, once known
+        while True:
+            if p in memo:
+                r, rest = memo[p]
+                break
+            try:
+                st = os.lstat(p)
+            except OSError as err:
+                r = _LOOP if err.errno == errno.ELOOP else None
+                break
+            if not stat.S_ISLNK(st.st_mode):
+                r = os.path.realpath(p)
+                break
+            if (st.st_dev, st.st_ino) in keys:
+                r = _LOOP
+                break
+            if len(seen) > 100 * MAX_SYMLINK_CHAIN:  # a safety stop: every link is a file on disk
+                return _TOO_LONG
+            keys.add((st.st_dev, st.st_ino))
+            seen.append(p)
+            try:
+                p = os.path.join(os.path.dirname(p), os.readlink(p))
+            except OSError:
+                r = None
+                break
+        for i, q in enumerate(seen):
+            n = len(seen) - i + rest
+            memo[q] = (_TOO_LONG if n > MAX_SYMLINK_CHAIN and isinstance(r, str) else r, n)
+        return memo[path][0] if path in memo else r
 
     def _inside(self, real: str) -> bool:
         root = str(self.root)
@@ -225,6 +276,8 @@ class DirSource(Source):
         out: list[str] = []
         root = self.root
         seen_dirs: set[tuple[int, int]] = set()
+        chains: dict = {}  # see _chain_target
+        linked: dict[str, str] = {}  # listed path of a symlinked file -> its real path
         stack = [("", root)]
         while stack:
             rel, d = stack.pop()
@@ -255,34 +308,77 @@ class DirSource(Source):
                     continue
                 erel = f"{rel}/{e.name}" if rel else e.name
                 try:
+                    real = None
                     if e.is_symlink():
                         try:
-                            os.stat(e.path)
+                            target_st = os.stat(e.path)
+                            real = os.path.realpath(e.path)
                         except OSError as err:
                             if err.errno == errno.ELOOP:
-                                self.diag(erel, "symlink-loop", "symlink resolves to itself (loop); not followed")
-                            elif err.errno in (errno.ENOENT, errno.ENOTDIR):
-                                self.diag(erel, "dangling-symlink", "symlink target does not exist")
-                            else:
-                                self.diag(erel, "unreadable", f"cannot follow symlink: {err.strerror}")
-                            continue
-                        if not self._inside(os.path.realpath(e.path)):
+                                # a loop, or a chain longer than the kernel follows (40 links)
+                                real = self._chain_target(e.path, chains)
+                                if real is _LOOP:
+                                    self.diag(erel, "symlink-loop", "symlink resolves to itself (loop); not followed")
+                                    continue
+                                if real is _TOO_LONG:
+                                    self.diag(erel, "symlink-chain",
+                                              f"chain of more than {MAX_SYMLINK_CHAIN} symlinks; not followed")
+                                    continue
+                            if real is None:
+                                if err.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+                                    self.diag(erel, "dangling-symlink", "symlink target does not exist")
+                                else:
+                                    self.diag(erel, "unreadable", f"cannot follow symlink: {err.strerror}")
+                                continue
+                            target_st = os.stat(real)
+                        if not self._inside(real):
                             self.diag(erel, "symlink-outside", "symlink points outside the scan root; not followed")
                             continue
-                    if e.is_dir():
+                        is_dir, is_file = stat.S_ISDIR(target_st.st_mode), stat.S_ISREG(target_st.st_mode)
+                    else:
+                        is_dir, is_file = e.is_dir(), e.is_file()
+                    if is_dir:
                         if e.name.endswith(PY_EXT + CUDA_EXT):
                             self.diag(erel, "not-a-file", "a directory named like a source file; not read as one",
                                       severity="note")
                         self._dirs.add(erel)
-                        stack.append((erel, Path(e.path)))
-                    elif e.is_file():
+                        stack.append((erel, Path(real) if real is not None else Path(e.path)))
+                    elif is_file:
                         out.append(erel)
+                        if real is not None:
+                            linked[erel] = real
                     else:
                         self.diag(erel, "not-a-file", "special file (FIFO, socket or device); not read")
                 except OSError as err:
                     self.diag(erel, "unreadable", f"cannot stat: {err.strerror}")
         out.sort()
-        return out
+        return self._one_path_per_file(out, linked)
+
+    def _one_path_per_file(self, out: list[str], linked: dict[str, str]) -> list[str]:
+        """The listing with each file reached through symlinks kept once: under its real path
+        when the walk listed that, else under the first of its paths (sorted); the other paths
+        become aliases, with one note on the path kept."""
+        if not linked:
+            return out
+        listed = set(out)
+        root = str(self.root).rstrip(os.sep) + os.sep
+        by_real: dict[str, list[str]] = {}
+        for p in out:  # sorted: the first path of each file comes first
+            real = linked.get(p)
+            if real is not None:
+                by_real.setdefault(real, []).append(p)
+        for real, paths in by_real.items():
+            rel = real[len(root):].replace(os.sep, "/") if real.startswith(root) else None
+            keep = rel if rel in listed and rel not in linked else paths[0]
+            others = [p for p in paths if p != keep]
+            if not others:
+                continue
+            for p in others:
+                self.aliases[p] = keep
+            shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+            self.diag(keep, "symlink-alias", f"also reached through {len(others)} symlink(s) ({shown}); "
+                      "the same file, analysed once under this path", severity="note")
+        return [p for p in out if p not in self.aliases]
 
     def files(self) -> list[str]:
         if self._files is None:
@@ -300,6 +396,7 @@ class DirSource(Source):
         return self._inside(os.path.realpath(self._path(rel)))
 
     def _read_bytes(self, rel: str) -> bytes | None:
+        rel = self.aliases.get(rel, rel)  # a chain of links may be longer than open() follows
         p = self._path(rel)
         if not self._allowed(rel):
             self.diag(rel, "symlink-outside", "path resolves outside the scan root; not read")
@@ -337,7 +434,7 @@ class DirSource(Source):
 
     def exists(self, rel: str) -> bool:
         if self._files is not None:
-            return rel in self._fileset()
+            return rel in self._fileset() or rel in self.aliases
         return self._path(rel).is_file() and self._allowed(rel)
 
     def _fileset(self) -> set[str]:

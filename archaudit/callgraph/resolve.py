@@ -19,6 +19,9 @@ from .rules import JitRules, SinkRule, jit_rules
 
 BUILTINS = frozenset(n for n in dir(builtins) if not n.startswith("_")) | {"__import__", "__build_class__"}
 MAX_DEPTH = 40
+# a re-export hop (`from .a import X` in package after package, star imports) costs a tenth of a
+# level: chains of up to 400 modules resolve, deeper ones end in depth-limit
+IMPORT_HOP = 0.1
 
 
 @dataclass(frozen=True)
@@ -423,7 +426,7 @@ class Resolver:
                 continue
             if allowed is None and name.startswith("_"):
                 continue
-            r = self.export(absmod, name, depth + 1)
+            r = self.export(absmod, name, depth + IMPORT_HOP)
             r = tuple(x for x in r if x.kind != "unresolved")
             if r:
                 return tuple(x.prefixed(("star-import",)) for x in r)
@@ -471,7 +474,9 @@ class Resolver:
         key = ("b", name, export)
         if key in ctx._memo:
             return ctx._memo[key]
-        if depth > MAX_DEPTH or (id(ctx), key) in self._busy:
+        if depth > MAX_DEPTH:
+            return (unres("depth-limit", f"{name}: resolution too deep"),)
+        if (id(ctx), key) in self._busy:
             return ()
         self._busy.add((id(ctx), key))
         out: list[Ref] = []
@@ -498,7 +503,7 @@ class Resolver:
             else:
                 labels = (imp or ("relative-import" if rel else "import"),) + (("alias",) if aliased else ())
             if self.index.has_module(absmod):
-                r = self.export(absmod, name, depth + 1)
+                r = self.export(absmod, name, depth + IMPORT_HOP)
                 # `from pkg import submodule`
                 if all(x.kind == "unresolved" for x in r) and self.index.has_module(f"{absmod}.{name}"):
                     r = (Ref("module", f"{absmod}.{name}"),)

@@ -69,16 +69,48 @@ def _split_triggers() -> tuple[re.Pattern, re.Pattern | None]:
     return re.compile(b"|".join(a for a in alts if a not in rest)), (re.compile(b"|".join(rest)) if rest else None)
 
 
-def byte_facts(data: bytes) -> tuple[bool, bytes]:
-    """What the prefilter asks of a whole file: does it hold a trigger, and its words (`WORD`;
-    sorted, newline-joined: one compact object to hand between processes). Its identifiers
+@lru_cache(maxsize=1)
+def _dynamic_triggers() -> tuple[tuple[frozenset, bytes], ...]:
+    """A name looked up by string on an object that holds the capability queries (rules/gates.toml
+    [dynamic_lookup]: getattr(torch.cuda, name), vars(pynvml), torch.cuda.__dict__) tests the GPU
+    with no trigger in sight: each form's bytes, with the words they hold (a file without them is
+    passed over without a search)."""
+    forms = []
+    for r in load_rule("gates").get("dynamic_lookup", {}).get("receivers", []):
+        b = r.encode()
+        words = frozenset(b.split(b"."))
+        forms += [(words | {b"getattr"}, b"getattr(" + b + b","), (words | {b"vars"}, b"vars(" + b + b")"),
+                  (words | {b"__dict__"}, b + b".__dict__")]
+    return tuple(forms)
+
+
+def _dynamic_hit(data: bytes, start: int = 0, end: int | None = None, words=None) -> bool:
+    """Does data[start:end] hold a _dynamic_triggers form? words: the file's words (or
+    identifiers), when known."""
+    end = len(data) if end is None else end
+    return any((words is None or need <= words) and data.find(f, start, end) >= 0 for need, f in _dynamic_triggers())
+
+
+def holds_trigger(data: bytes, start: int = 0, end: int | None = None, dynamic: bool = True) -> bool:
+    """Can data[start:end] test the architecture by its bytes alone (trigger_pattern, or, unless
+    `dynamic` is False (the whole file has none), a dynamic lookup on a capability object)?"""
+    end = len(data) if end is None else end
+    return trigger_pattern().search(data, start, end) is not None or (dynamic and _dynamic_hit(data, start, end))
+
+
+def byte_facts(data: bytes) -> tuple[bool, bytes, bool]:
+    """What the prefilter asks of a whole file: does it hold a trigger (or a dynamic lookup on a
+    capability object), its words (`WORD`; sorted, newline-joined: one compact object to hand
+    between processes), and does it hold such a dynamic lookup (_dynamic_triggers). Its identifiers
     are `fact_idents` of those words; the call graph's word index takes the words as they are.
     A trigger that lies inside a word (all but `arch=compute`) is looked for in the words, a
     fifth of the bytes: each word is a maximal run of word bytes, so the newline after it ends
     it for `\\b` as what followed it in the file did. The others are looked for in the bytes."""
-    words = b"\n".join(sorted(words_of(data)))
+    ws = words_of(data)
+    words = b"\n".join(sorted(ws))
     in_word, rest = _split_triggers()
-    return in_word.search(words) is not None or (rest is not None and rest.search(data) is not None), words
+    dyn = _dynamic_hit(data, words=ws)
+    return dyn or in_word.search(words) is not None or (rest is not None and rest.search(data) is not None), words, dyn
 
 
 def fact_idents(words: bytes) -> frozenset:
@@ -176,7 +208,6 @@ def find_python_gates(source: Source, index: Index, reg: Registry, package_of, p
     index.on_evict.append(interp.forget_module)
     relevant: set[str] = set()
     reported: set[tuple[str, str | None]] = set()
-    triggers = trigger_pattern()
     idents: dict[str, frozenset] = {}
     facts = facts or {}
 
@@ -200,11 +231,20 @@ def find_python_gates(source: Source, index: Index, reg: Registry, package_of, p
         v = trig.get(m)
         if v is None:
             f = facts.get(index.path_of[m])
-            v = trig[m] = f[0] if f is not None else triggers.search(index.source_bytes(m)) is not None
+            v = trig[m] = f[0] if f is not None else holds_trigger(index.source_bytes(m))
         return v
 
     # and whether a function's span holds one: asked again each round until the function is reported
     span_trig: dict[tuple[str, int], bool] = {}
+    dyn_trig: dict[str, bool] = {}  # does the module hold a _dynamic_triggers form at all
+
+    def module_dyn(m: str) -> bool:
+        v = dyn_trig.get(m)
+        if v is None:
+            f = facts.get(index.path_of[m])
+            v = dyn_trig[m] = (f[2] if f is not None
+                               else _dynamic_hit(index.source_bytes(m), words=module_idents(m)))
+        return v
 
     def matches(modname: str, data: bytes, start: int, end: int, mod_trig: bool,
                 occ: list[tuple[int, int]] | None) -> bool:
@@ -212,7 +252,7 @@ def find_python_gates(source: Source, index: Index, reg: Registry, package_of, p
         if mod_trig:
             t = span_trig.get((modname, start))
             if t is None:
-                t = span_trig[(modname, start)] = triggers.search(data, start, end) is not None
+                t = span_trig[(modname, start)] = holds_trigger(data, start, end, module_dyn(modname))
             if t:
                 return True
         return bool(occ) and any_use(data, occ, start, end)
@@ -320,6 +360,10 @@ def find_python_gates(source: Source, index: Index, reg: Registry, package_of, p
                 index.diagnostics.append(internal_error(mod.path, f"gate evaluation of {qual or 'the module body'}", e))
         # names that now carry an architecture dependence: their users may be gates too
         found = _arch_definitions(interp)
+        # a module constant that spells a capability query or a name found above (NAME =
+        # "get_device_capability", PRED = "is_hopper"): a getattr or globals() lookup by it is one
+        found |= {(n, m) for m, strings in interp.string_globals.items() for n, v in strings.items()
+                  if v in names or holds_trigger(v.encode("utf-8", "surrogatepass"))}
         new = {n for n, _m in found if n not in names and len(n) > 3 and n.isidentifier() and not n.startswith("__")}
         if not new or scan.rounds >= 8:
             break
@@ -359,7 +403,6 @@ def cutoff_view(data: bytes, names: frozenset) -> tuple | None:
         return None
     info = ModuleInfo(name="", path="", is_pkg=False, parsed=parsed)
     _collect_defs(parsed.body, "", info)
-    trig = trigger_pattern()
     nb = {n.encode() for n in names}
     imp = module_imports(data)
     aliases = () if imp is None else tuple(sorted((n, tuple(sorted(a))) for n, a in imp[1].items() if n in nb))
@@ -381,8 +424,9 @@ def cutoff_view(data: bytes, names: frozenset) -> tuple | None:
         return (tuple(n for n, v in occ.items() if any_use(data, v, start, end)),
                 tuple(k for k, v in sorted(qual.items(), key=_chain_key) if any_use(data, v, start, end)))
 
-    funcs = tuple((q, trig.search(data, n.sb, n.eb) is not None, uses(n.sb, n.eb)) for q, n in info.all_functions())
-    view = (ir, trig.search(data) is not None, tuple(sorted(nb.intersection(IDENT.findall(data)))), uses(0, len(data)),
+    dyn = _dynamic_hit(data)
+    funcs = tuple((q, holds_trigger(data, n.sb, n.eb, dyn), uses(n.sb, n.eb)) for q, n in info.all_functions())
+    view = (ir, holds_trigger(data, dynamic=dyn), tuple(sorted(nb.intersection(IDENT.findall(data)))), uses(0, len(data)),
             None if imp is None else (tuple(sorted(nb & imp[0])), aliases),
             tuple(sorted((r, tuple(sorted(t))) for r, t in roots.items())), funcs)
     end = max((st.eb for st in parsed.body), default=0)
@@ -405,6 +449,7 @@ def _arch_definitions(interp: Interp) -> set[tuple[str, str]]:
         if interp.arch_dependent(v):
             out.add((name, modname))
     out.update((name, modname) for modname, names in interp.arch_module_globals.items() for name in names)
+    out.update(interp.arch_callables())
     return out
 
 

@@ -160,6 +160,13 @@ class Index:
                 continue
             self.path_of[name] = p
             self.module_of_path[p] = name
+        # a .py reached through symlinks under several paths is listed once (Source.aliases):
+        # the module each other path would be is that file's module (an import of it resolves)
+        self.aliases: dict[str, str] = {}
+        for a, c in sorted(getattr(source, "aliases", {}).items()):
+            name = (_dotted(a) if path_based else self._module_name(a, dirs_with_init)) if a.endswith(".py") else None
+            if name and name not in self.path_of and c in self.module_of_path:
+                self.aliases[name] = self.module_of_path[c]
 
     @staticmethod
     def _module_name(path: str, pkg_dirs: set[str]) -> str | None:
@@ -178,11 +185,11 @@ class Index:
         return ".".join(mod_parts)
 
     def has_module(self, name: str) -> bool:
-        return name in self.path_of
+        return name in self.path_of or name in self.aliases
 
     def source_bytes(self, name: str) -> bytes:
         """The module's bytes (read once), b"" when unreadable."""
-        path = self.path_of.get(name)
+        path = self.path_of.get(self.aliases.get(name, name))
         if path is None:
             return b""
         b = self._bytes.get(path)
@@ -194,6 +201,7 @@ class Index:
     def module(self, name: str, full: bool = False) -> ModuleInfo | None:
         """The parsed module. full=False may give a shallow parse (no function bodies) unless the
         module is one whose code is analysed (see `wants_full`)."""
+        name = self.aliases.get(name, name)
         shallow = self._parse_mode(name, full)
         if shallow is None:
             info = self._mods[name]

@@ -14,11 +14,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..model import ARCH_LIST, CAPABILITY_COMPARE, FLAG, NVCC_FLAGS, PREDICATE_CALL
+from ..model import ARCH_LIST, CAPABILITY_COMPARE, FLAG, NVCC_FLAGS, PREDICATE_CALL, Diagnostic
 from ..ruledata import load_rule
 from ..targets import Registry, admits_of_arch_list, admits_of_nvcc_flags
 from .index import Index, ModuleInfo, flatten_top, is_accessor
-from ..parsing.python_ir import N
+from ..parsing.python_ir import N, parse_python
 from .values import (
     AV,
     OPAQUE,
@@ -46,6 +46,11 @@ from .values import (
 )
 
 MAX_DEPTH = 14
+# Import hops followed for one name: `from .a import X` re-exported through package after
+# package (or star imports) costs no MAX_DEPTH, only this; past it the name is unknown with an
+# analysis-budget diagnostic naming the chain (about 4 Python frames a hop: well inside the
+# recursion limit). A cycle of imports is cut where it closes (Python could not import it).
+MAX_IMPORT_HOPS = 400
 # Expressions evaluated for one reported function (callees included); beyond it the function's
 # report stops with a diagnostic. Bounds the time any one function can take.
 STEP_BUDGET = 60_000
@@ -81,12 +86,30 @@ class _MethodOf:
     name: str
 
 
+@dataclass(frozen=True)
+class _Namespace:
+    """The names of a module as a dict: globals(), vars(m), m.__dict__ (obj: ModuleRef or ExtRef)."""
+
+    obj: Any
+
+
+@dataclass(frozen=True)
+class _AttrGetter:
+    """operator.attrgetter("a.b") waiting for its object (path None: a name not read)."""
+
+    path: str | None
+
+
+# callees _dynamic_call may read a name or expression for (the rest never are)
+_BY_STRING_CALLEES = (_Builtin, ExtRef, _AttrGetter)
 _IDENTITY_WRAPPERS = {"cache", "lru_cache", "wraps", "cached_property", "staticmethod", "classmethod", "property",
                       "cache_once", "functools.cache", "functools.lru_cache"}
 _BUILTINS = {"getattr", "hasattr", "len", "int", "str", "bool", "tuple", "list", "set", "frozenset", "sorted",
              "min", "max", "any", "all", "isinstance", "dict", "float", "abs", "print", "super", "type", "map",
              "range", "enumerate", "zip", "repr", "callable", "iter", "next", "reversed", "sum", "round", "divmod",
-             "object", "id", "hash", "format", "vars", "globals", "locals", "open"}
+             "object", "id", "hash", "format", "vars", "globals", "locals", "open", "eval", "__import__"}
+# the longest string eval() is read from
+MAX_EVAL_CHARS = 4096
 
 
 class Rules:
@@ -107,6 +130,7 @@ class Rules:
         self.jit_builders: set[str] = set(jb.get("names", []))
         self.flag_keywords: set[str] = set(jb.get("flag_keywords", []))
         self.arch_env: set[str] = set(data.get("arch_list_env", {}).get("names", []))
+        self.dynamic_receivers: tuple[str, ...] = tuple(data.get("dynamic_lookup", {}).get("receivers", []))
         self.reg = reg
         self._pred_memo: dict = {}
         # names the interpreter gives a meaning whatever they are bound to (see meaningful)
@@ -119,6 +143,10 @@ class Rules:
         the scan)?"""
         s = name.decode("ascii", "replace")
         return s in self._special or self.predicate_admits(s) is not None
+
+    def dynamic_receiver(self, dotted: str) -> bool:
+        """Is this object outside the scan (or one under it) where the capability queries live?"""
+        return any(dotted == r or dotted.startswith(r + ".") for r in self.dynamic_receivers)
 
     def predicate_admits(self, name: str) -> tuple[frozenset, str] | None:
         # asked for every attribute and call name: memoised (a pure function of the name)
@@ -163,7 +191,7 @@ class GateRecord:
 
 
 class Frame:
-    __slots__ = ("mod", "env", "via", "mask", "ret", "func", "cls", "report", "is_module")
+    __slots__ = ("mod", "env", "via", "mask", "ret", "func", "cls", "report", "is_module", "dyn")
 
     def __init__(self, mod: ModuleInfo, env: dict, mask: tuple, func: str, cls: ClassRef | None, report: bool, is_module=False):
         self.mod = mod
@@ -175,6 +203,8 @@ class Frame:
         self.cls = cls
         self.report = report
         self.is_module = is_module
+        # local name -> the lookups by unread strings its value came from (see _unread_lookup)
+        self.dyn: dict[str, list] = {}
 
 
 class Interp:
@@ -200,11 +230,27 @@ class Interp:
         self._steps = 0
         self.budget_exceeded: list[tuple[str, str]] = []
         self._depth = 0
+        # the (module, name) import hops being followed (see MAX_IMPORT_HOPS) with the depth
+        # each was met at, and the chains already reported as too long, by where they start
+        self._hops: list[tuple[tuple[str, str], int]] = []
+        self._hop_reported: set[tuple[str, str]] = set()
         self.gates: list[GateRecord] = []
+        # expressions eval() was given, parsed: string -> expression node or None
+        self._eval_parsed: dict[str, N | None] = {}
+        # (path, line) of the dynamic-lookup diagnostics given, and the lookups by unread strings
+        # met in the reported function, waiting for a test that reads them (see _unread_lookup)
+        self._dyn_reported: set[tuple[str, int]] = set()
+        self._dyn_pending: list[tuple[N, Frame]] = []
         self._reported_owners: set = set()
         # functions whose result depends on the GPU: full name -> module
         self.arch_functions: dict[str, str] = {}
         self.arch_module_globals: dict[str, set[str]] = {}  # module -> its globals found to depend on the GPU
+        # (module, global) bound to functions of other names (partial(f, 9), lru_cache(f), a
+        # bound method, an alias) -> the full names of those functions: see arch_callables
+        self.callable_globals: dict[tuple[str, str], frozenset] = {}
+        # module -> its globals bound to a constant string -> the string (NAME = "get_device_capability"
+        # names what getattr(torch.cuda, NAME) calls)
+        self.string_globals: dict[str, dict[str, str]] = {}
         # module -> class qualname -> (class node, its members by name): see _members
         self._class_members: dict[str, dict[str, tuple[N, dict[str, N]]]] = {}
         self._cap_tuple = self.dom.per([(g.major, g.minor) for g in self.gpus])
@@ -275,30 +321,46 @@ class Interp:
             if sh and self._shallow_stack:
                 self._shallow_stack[-1].update(sh)
             return av
-        if key in self._gv_busy or self._depth >= MAX_DEPTH:
+        if key in self._gv_busy:
             return self.dom.OPAQUE
         b = self._bindings(modname)
         if b is None:
             return None
         entries = b["names"].get(name)
+        # a name only imported here (a re-export) is a hop, not a level of evaluation
+        hop = not entries or all(e[0] in ("from", "mod") for e in entries)
+        if not hop and self._depth >= MAX_DEPTH:
+            return self.dom.OPAQUE
+        if hop and len(self._hops) >= MAX_IMPORT_HOPS:
+            self._hop_limit(key)
+            return self.dom.OPAQUE
         if not entries:
             if name == "__name__":
                 return self.dom.const(modname)
-            for base in b["stars"]:
-                if name.startswith("_") or not self.index.has_module(base):
-                    continue
-                allv = self.global_value(base, "__all__")
-                listed = allv.single() if allv is not None else None
-                if isinstance(listed, tuple) and name not in listed:
-                    continue
-                v = self.global_value(base, name)
-                if v is not None:
-                    return v
+            self._gv_busy.add(key)
+            self._hops.append((key, self._depth))
+            try:
+                for base in b["stars"]:
+                    if name.startswith("_") or not self.index.has_module(base):
+                        continue
+                    allv = self.global_value(base, "__all__")
+                    listed = allv.single() if allv is not None else None
+                    if isinstance(listed, tuple) and name not in listed:
+                        continue
+                    v = self.global_value(base, name)
+                    if v is not None:
+                        return v
+            finally:
+                self._hops.pop()
+                self._gv_busy.discard(key)
             return None
         self._gv_busy.add(key)
         self._via_stack.append(set())
         self._shallow_stack.append(set())
-        self._depth += 1
+        if hop:
+            self._hops.append((key, self._depth))
+        else:
+            self._depth += 1
         try:
             mod = b["mod"]
             frame = Frame(mod, {}, self.ALL, modname, None, report=False, is_module=True)
@@ -307,7 +369,10 @@ class Interp:
                 v = self._binding_value(mod, frame, e)
                 acc = v if acc is None else self.dom.union(acc, v)
         finally:
-            self._depth -= 1
+            if hop:
+                self._hops.pop()
+            else:
+                self._depth -= 1
             self._gv_busy.discard(key)
             inner = self._via_stack.pop()
             sh = self._shallow_stack.pop()
@@ -316,7 +381,39 @@ class Interp:
         via = frozenset(inner) if self.arch_dependent(acc) else frozenset()
         self._note_all(via)
         self._gv[key] = (acc, via, frozenset(sh))
+        self._note_callable(modname, name, acc)
         return acc
+
+    def _note_callable(self, modname: str, name: str, av: AV) -> None:
+        """Keep a global bound to functions of other names (see callable_globals); a function
+        bound to its own name (its def, an import of it) is carried by that name already."""
+        targets = _callable_targets(av)
+        if targets and all(name != t.rsplit(".", 1)[-1] for t in targets):
+            self.callable_globals[(modname, name)] = targets
+
+    def arch_callables(self):
+        """(name, module) of every module global bound to a function found to depend on the GPU
+        under another name (`hopper = lru_cache(partial(_cap_is, 9))`, `fast = _probe`): a
+        call of it is a predicate call as one of the function is."""
+        arch = self.arch_functions
+        for (modname, name), targets in self.callable_globals.items():
+            if any(t in arch for t in targets):
+                yield name, modname
+
+    def _hop_limit(self, key: tuple[str, str]) -> None:
+        """One analysis-budget diagnostic for a chain of imports longer than MAX_IMPORT_HOPS,
+        in the file where the chain starts, naming its modules."""
+        chain = [k for k, d in self._hops if d == self._depth] + [key]
+        first = chain[0]
+        if first in self._hop_reported:
+            return
+        self._hop_reported.add(first)
+        mods = [m for m, _n in chain]
+        shown = " -> ".join(mods if len(mods) <= 8 else [*mods[:4], f"... ({len(mods) - 8} more)", *mods[-4:]])
+        self.index.diagnostics.append(Diagnostic(
+            self.index.path_of.get(first[0], first[0]), "analysis-budget",
+            f"import of {first[1]!r} not followed past {MAX_IMPORT_HOPS} modules ({shown}); "
+            "gates that read it may be missing"))
 
     def _binding_value(self, mod: ModuleInfo, frame: "Frame", e: tuple) -> AV:
         kind = e[0]
@@ -345,11 +442,27 @@ class Interp:
         if mod is None:
             return
         frame = Frame(mod, {}, self.ALL, modname, None, report=True, is_module=True)
-        self._reporting((modname, None), lambda: self._exec_block(mod.parsed.body, frame))
+
+        def run():
+            self._exec_block(mod.parsed.body, frame)
+            # a partial bound here (`hopper = lru_cache(partial(_cap_is, 9))`) is called with
+            # its arguments fixed: call it once, so that what the function does with them is
+            # known (a predicate whose name, `hopper`, then carries it to its callers)
+            partials = {v for av in frame.env.values() if isinstance(av, AV) for s in av.sets for v in s
+                        if isinstance(v, Partial)}
+            for p in sorted(partials, key=repr):
+                self._call1(p, [], {}, None)
+
+        self._reporting((modname, None), run)
         # the globals this run found to depend on the GPU, whether or not anything reads them
         # (global_value computes a global only when something evaluated reads it)
         self.arch_module_globals[modname] = {
             n for n, v in frame.env.items() if isinstance(v, AV) and self.arch_dependent(v)}
+        for n, v in frame.env.items():
+            if isinstance(v, AV):
+                self._note_callable(modname, n, v)
+        self.string_globals[modname] = {
+            n: v.single() for n, v in frame.env.items() if isinstance(v, AV) and isinstance(v.single(), str)}
 
     def _reporting(self, owner: tuple[str, str | None], run) -> None:
         # a report that is redone replaces its gates (filter only then: the list is long)
@@ -370,6 +483,8 @@ class Interp:
             self._shallow_stack = []
             self._via_stack = []
             self._depth = 0
+            self._hops = []
+            self._dyn_pending = []
             self._in_progress = set()
             self._gv_busy = set()
             self._owner = None
@@ -533,12 +648,21 @@ class Interp:
             if st.f["value"] is None:
                 return
             self._via_stack.append(set())
+            mark = len(self._dyn_pending)
             try:
                 av = self.eval(st.f["value"], fr)
             finally:
                 via = frozenset(self._via_stack.pop())
             for t in st.f["targets"]:
                 self._bind_target(fr, t, av, via)
+            if fr.report and (fr.dyn or len(self._dyn_pending) > mark):
+                hits = self._dyn_pending[mark:]
+                for t in st.f["targets"]:
+                    for nm, _path in _target_paths(t, ()):
+                        if hits:
+                            fr.dyn[nm] = hits[:8]
+                        else:
+                            fr.dyn.pop(nm, None)
         elif k == "augassign":
             t = st.f["target"]
             if t.k == "name":
@@ -719,10 +843,13 @@ class Interp:
         if not fr.report:
             return self.eval(test, fr)
         self._via_stack.append(set())
+        mark = len(self._dyn_pending)
         try:
             av = self.eval(test, fr)
         finally:
             via = self._via_stack.pop()
+        for hit in self._dyn_pending[mark:]:
+            self._dyn_report(*hit)
         # only GPUs that can reach this point count: after `if not sm90: raise`, a later test
         # of the minor version speaks about sm_90 alone
         reach = [i for i, m in enumerate(fr.mask) if m]
@@ -850,6 +977,8 @@ class Interp:
 
     def _e_name(self, n: N, fr: Frame) -> AV:
         name = n.f["id"]
+        if fr.dyn and name in fr.dyn:
+            self._dyn_pending.extend(fr.dyn[name])
         if name in fr.env:
             v = fr.env[name]
             if isinstance(v, _LazyImport):
@@ -903,10 +1032,14 @@ class Interp:
             return self.dom.OPAQUE
         if isinstance(v, Unres):
             return AV((frozenset((v,)),) * self.n)
+        if attr == "__dict__" and isinstance(v, (ModuleRef, ExtRef)):
+            return self.dom.const(_Namespace(v))
         if isinstance(v, ModuleRef):
             return self.module_attr(v.name, attr)
         if isinstance(v, ExtRef):
             return self.dom.const(ExtRef(f"{v.dotted}.{attr}"))
+        if isinstance(v, _Namespace) and attr == "get":
+            return self.dom.const(_MethodOf(v, attr))
         if isinstance(v, ClassRef):
             mem = self.class_member(v, attr)
             if mem is None:
@@ -938,7 +1071,34 @@ class Interp:
     def _e_subscript(self, n: N, fr: Frame) -> AV:
         base = self.eval(n.f["value"], fr)
         idx = self.eval(n.f["index"], fr)
+        s0 = base.sets[0]
+        ns = next(iter(s0)) if len(s0) == 1 else None
+        if isinstance(ns, _Namespace) and base.uniform:
+            # globals()["x"], vars(m)["x"], m.__dict__["x"]
+            if not _all_str(idx):
+                self._unread_lookup(n, fr, base)
+                return self.dom.OPAQUE
+            return self._getattr_by_strings(self.dom.const(ns.obj), idx)
         return self.dom.map2(base, idx, _subscript)
+
+    def _getattr_by_strings(self, base: AV, names: AV) -> AV:
+        """getattr(base, name) for every string name may be."""
+        out_sets = []
+        cache: dict = {}
+        for i in range(self.n):
+            acc = set()
+            for b in base.sets[i]:
+                for attr in names.sets[i]:
+                    if not isinstance(attr, str):
+                        acc.add(OPAQUE)
+                        continue
+                    key = (b, attr)
+                    r = cache.get(key)
+                    if r is None:
+                        r = cache[key] = self._getattr(self.dom.const(b), attr, None)
+                    acc |= r.sets[i]
+            out_sets.append(cap(frozenset(acc)))
+        return AV(tuple(out_sets))
 
     def _e_tuple(self, n: N, fr: Frame) -> AV:
         return self._seq(n, fr)
@@ -1085,6 +1245,11 @@ class Interp:
         kwargs = {k: self.eval(v, fr) for k, v in n.f["kwargs"]}
         if n.f["star"]:
             kwargs["**"] = self.dom.OPAQUE
+        s0 = func.sets[0]
+        if len(s0) == 1 and isinstance(next(iter(s0)), _BY_STRING_CALLEES) and func.uniform:
+            dyn = self._dynamic_call(n, fr, next(iter(s0)), args, kwargs)
+            if dyn is not None:
+                return dyn
 
         # architecture lists handed to the JIT: a gate at the call site
         rule = self.rules.arch_lists.get(callee_name or "")
@@ -1105,6 +1270,113 @@ class Interp:
             if fb is not None:
                 return fb
         return result
+
+    # ------------------------------------------------------------------ names looked up by string
+    # getattr(m, "x"), eval("..."), globals()["x"], vars(m)["x"], m.__dict__["x"],
+    # operator.attrgetter("a.b")(m), importlib.import_module("m"), __import__("m"): a constant
+    # string is read as the name or expression it spells (never run). A string the analysis cannot
+    # read gets a dynamic-lookup diagnostic where it is looked up on an object holding the
+    # capability queries (rules/gates.toml [dynamic_lookup]) or on a module namespace.
+    def _dynamic_call(self, n: N, fr: Frame, fv, args: list[AV], kwargs: dict) -> AV | None:
+        """The value of a call that looks a name up by string, or None for any other call."""
+        if isinstance(fv, _Builtin):
+            name = fv.name
+            if name == "eval" and args:
+                return self._eval_string(n, fr, args, kwargs)
+            if name == "globals" and not args:
+                return self.dom.const(_Namespace(ModuleRef(fr.mod.name)))
+            if name == "vars" and len(args) == 1:
+                return self.dom.map1(args[0], lambda v: _Namespace(v) if isinstance(v, (ModuleRef, ExtRef)) else _raise())
+            if name == "__import__" and args:
+                return self._import_by_string(n, fr, args[0], None, top=not kwargs and len(args) < 4)
+            if name == "getattr" and len(args) >= 2 and not _all_str(args[1]):
+                self._unread_lookup(n, fr, args[0])
+            return None
+        if isinstance(fv, _AttrGetter):
+            if len(args) != 1:
+                return None
+            if fv.path is None:
+                self._unread_lookup(n, fr, args[0])
+                return self.dom.OPAQUE
+            v = args[0]
+            for part in fv.path.split("."):
+                v = self._getattr(v, part, None)
+            return v
+        last = fv.dotted.rsplit(".", 1)[-1]
+        if last == "attrgetter" and fv.dotted in ("operator.attrgetter", "attrgetter"):
+            if len(args) != 1:
+                return self.dom.OPAQUE
+            return self.dom.map1(args[0], lambda v: _AttrGetter(v) if isinstance(v, str) else _raise()) \
+                if _all_str(args[0]) else self.dom.const(_AttrGetter(None))
+        if last == "import_module" and fv.dotted in ("importlib.import_module", "import_module") and args:
+            pkg = args[1] if len(args) > 1 else kwargs.get("package")
+            return self._import_by_string(n, fr, args[0], pkg, top=False)
+        return None
+
+    def _eval_string(self, n: N, fr: Frame, args: list[AV], kwargs: dict) -> AV:
+        """eval(<constant>) in this frame's names: the expression the string spells, evaluated
+        (never reporting a gate of its own: the test that holds the eval is the gate)."""
+        src = args[0].single()
+        if not isinstance(src, str) or len(args) > 1 or kwargs:
+            self._unread_lookup(n, fr, None)
+            return self.dom.OPAQUE
+        expr = self._eval_parsed.get(src, _MISSING)
+        if expr is _MISSING:
+            expr = None
+            if len(src) <= MAX_EVAL_CHARS:
+                try:
+                    parsed = parse_python(f"(\n{src}\n)\n".encode("utf-8", "surrogatepass"))
+                except (RecursionError, MemoryError, ValueError, UnicodeError):
+                    parsed = None
+                if parsed is not None and not parsed.errors and len(parsed.body) == 1 and parsed.body[0].k == "expr":
+                    expr = parsed.body[0].f["value"]
+            self._eval_parsed[src] = expr
+        if expr is None:
+            return self.dom.OPAQUE
+        return self.eval(expr, Frame(fr.mod, fr.env, fr.mask, fr.func, fr.cls, report=False, is_module=fr.is_module))
+
+    def _import_by_string(self, n: N, fr: Frame, name: AV, package: AV | None, top: bool) -> AV:
+        """importlib.import_module(name, package) (top=False) or __import__(name) (top: the
+        package at the root of the name)."""
+        mod = name.single()
+        pkg = package.single() if package is not None else None
+        if not isinstance(mod, str) or (mod.startswith(".") and not isinstance(pkg, str)):
+            self._unread_lookup(n, fr, None)
+            return self.dom.OPAQUE
+        if mod.startswith("."):
+            level = len(mod) - len(mod.lstrip("."))
+            base = pkg.split(".")
+            if level > 1:
+                base = base[: len(base) - (level - 1)]
+            mod = ".".join([*base, mod[level:]] if mod[level:] else base)
+        if not mod or not all(p.isidentifier() for p in mod.split(".")):
+            return self.dom.OPAQUE
+        if top:
+            mod = mod.split(".")[0]
+        return self._resolve_import(_LazyImport(mod, None))
+
+    def _unread_lookup(self, n: N, fr: Frame, receiver: AV | None) -> None:
+        """A name looked up by a string the analysis cannot read. receiver: what it is looked up
+        on (None: every name a module can reach, as eval() and imports). On an object that holds
+        the capability queries it is reported at once; one that can reach any name (eval, an
+        import, a module's namespace) only once a test of the reported function reads what it
+        gave, directly or through a local (a lazy loader's import_module(name) is no gate)."""
+        if not fr.report:
+            return
+        objs = set() if receiver is None else {v.obj if isinstance(v, _Namespace) else v for s in receiver.sets for v in s}
+        if any(isinstance(v, ExtRef) and self.rules.dynamic_receiver(v.dotted) for v in objs):
+            self._dyn_report(n, fr)
+        elif receiver is None or any(isinstance(v, ModuleRef) for v in objs):
+            self._dyn_pending.append((n, fr))
+
+    def _dyn_report(self, n: N, fr: Frame) -> None:
+        key = (fr.mod.path, n.line)
+        if key in self._dyn_reported:
+            return
+        self._dyn_reported.add(key)
+        self.index.diagnostics.append(Diagnostic(
+            fr.mod.path, "dynamic-lookup",
+            f"{_shown(n, fr)} in {fr.func}: a gate may be built from strings the analysis cannot read", line=n.line))
 
     def _name_fallback(self, callee_name: str, func: AV, result: AV) -> AV | None:
         # capability sources by name (torch, pynvml, or a wrapper we could not follow)
@@ -1231,7 +1503,10 @@ class Interp:
                 return self.dom.const(Partial(fn, tuple(args[1:]), tuple(sorted(kwargs.items()))))
             return self.dom.OPAQUE
         if last in ("lru_cache", "cache", "wraps", "cached_property"):
-            if args and last == "cache":
+            # cache(f), lru_cache(f) and lru_cache(partial(f, 9)) are the function cached;
+            # lru_cache(128), lru_cache(None) and lru_cache(maxsize=..) a decorator still to apply
+            if args and (last == "cache" or (last == "lru_cache" and not any(
+                    v is None or isinstance(v, (int, bool)) for s in args[0].sets for v in s))):
                 return args[0]
             return self.dom.const(_Identity(last))
         if last in self.rules.cap_tuple or last in self.rules.cap_sm or last in self.rules.cap_props:
@@ -1240,6 +1515,11 @@ class Interp:
 
     def _call_method_of(self, m: _MethodOf, args: list[AV]) -> AV:
         obj, name = m.obj, m.name
+        if isinstance(obj, _Namespace):
+            # globals().get("x"): a name it does not hold gives the default
+            if len(args) == 1 and _all_str(args[0]):
+                return self._getattr_by_strings(self.dom.const(obj.obj), args[0])
+            return self.dom.OPAQUE
         if isinstance(obj, FrozenDict) and name == "get" and args:
             default = args[1] if len(args) > 1 else self.dom.NONE
             return self.dom.map2(args[0], default, lambda k, d: obj.get(k, d))
@@ -1260,22 +1540,7 @@ class Interp:
     def _call_builtin(self, name: str, args: list[AV], kwargs: dict) -> AV:
         d = self.dom
         if name == "getattr" and len(args) >= 2:
-            out_sets = []
-            cache: dict = {}
-            for i in range(self.n):
-                acc = set()
-                for base in args[0].sets[i]:
-                    for attr in args[1].sets[i]:
-                        if not isinstance(attr, str):
-                            acc.add(OPAQUE)
-                            continue
-                        key = (base, attr)
-                        r = cache.get(key)
-                        if r is None:
-                            r = cache[key] = self._getattr(d.const(base), attr, None)
-                        acc |= r.sets[i]
-                out_sets.append(cap(frozenset(acc)))
-            return AV(tuple(out_sets))
+            return self._getattr_by_strings(args[0], args[1])
         if name in ("list", "tuple") and args:
             return d.map1(args[0], lambda v: tuple(v) if isinstance(v, (tuple, frozenset, str)) else _raise())
         if name in ("list", "tuple") and not args:
@@ -1421,6 +1686,39 @@ class _CapProps:
 
     def __hash__(self):
         return hash(("props", self.major, self.minor))
+
+
+def _all_str(av: AV) -> bool:
+    """Is every value this may be a string (a name the analysis can read)?"""
+    return all(isinstance(v, str) for s in av.sets for v in s)
+
+
+def _shown(n: N, fr: Frame, limit: int = 80) -> str:
+    text = " ".join(fr.mod.parsed.text(n).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _callable_targets(av: AV) -> frozenset:
+    """Full names of the scanned functions a value may call: itself, or wrapped in partials
+    (partial(f, 9)) and bound methods."""
+    out = None
+    prev = None
+    for s in av.sets:
+        if s is prev:  # a constant's sets are one object
+            continue
+        prev = s
+        for v in s:
+            while isinstance(v, _WRAPPED):
+                v = v.func
+            if isinstance(v, FuncRef):
+                if out is None:
+                    out = set()
+                out.add(v.fullname)
+    return frozenset(out) if out else _NO_TARGETS
+
+
+_WRAPPED = (Partial, BoundMethod)
+_NO_TARGETS: frozenset = frozenset()
 
 
 def _target_paths(t: N, path: tuple):
