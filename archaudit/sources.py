@@ -156,7 +156,7 @@ class Source:
         dists = []
         infos = sorted({p.split("/", 1)[0] for p in self.files() if p.split("/", 1)[0].endswith(".dist-info")})
         for info in infos:
-            meta = self.read(f"{info}/METADATA")
+            meta = self.read(f"{info}/METADATA") if self.exists(f"{info}/METADATA") else None
             name, version = "", ""
             if meta is not None:
                 hdr = HeaderParser().parsestr(meta.decode("utf-8", "replace"), headersonly=True)
@@ -165,14 +165,15 @@ class Source:
                 self.diag(f"{info}/METADATA", "missing-metadata", "distribution has no METADATA")
             if not name:
                 name = info[: -len(".dist-info")].rsplit("-", 1)[0]
-            if not version:
+            if not version and meta is not None:
                 self.diag(f"{info}/METADATA", "missing-version", "METADATA has no Version")
             top = []
-            tl = self.read(f"{info}/top_level.txt")
+            # top_level.txt is optional metadata (most wheels built by modern backends lack it)
+            tl = self.read(f"{info}/top_level.txt") if self.exists(f"{info}/top_level.txt") else None
             if tl is not None:
                 top = [x.strip() for x in tl.decode("utf-8", "replace").splitlines() if x.strip()]
             else:
-                rec = self.read(f"{info}/RECORD")
+                rec = self.read(f"{info}/RECORD") if self.exists(f"{info}/RECORD") else None
                 if rec is not None:
                     seen = set()
                     for line in rec.decode("utf-8", "replace").splitlines():

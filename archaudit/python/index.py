@@ -6,6 +6,8 @@ Diagnostic and the module still exists (with whatever the tolerant parser recove
 """
 from __future__ import annotations
 
+import ast
+
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable
@@ -305,10 +307,16 @@ class Index:
                 return None
         if path not in self._reported:
             self._reported.add(path)
-            for line, msg in parsed.errors:
-                self.diagnostics.append(
-                    Diagnostic(path, "syntax-error", f"{msg} (analysed what could be recovered)", line=line)
-                )
+            if parsed.errors and python_accepts(data):
+                line, _msg = parsed.errors[0]
+                self.diagnostics.append(Diagnostic(
+                    path, "reader-limit", "valid Python that archaudit's reader (the tree-sitter grammar) cannot "
+                    "read here; analysed what could be recovered", line=line))
+            else:
+                for line, msg in parsed.errors:
+                    self.diagnostics.append(
+                        Diagnostic(path, "syntax-error", f"{msg} (analysed what could be recovered)", line=line)
+                    )
         info = ModuleInfo(name=name, path=path, is_pkg=path.endswith("__init__.py"), parsed=parsed)
         for st in flatten_top(parsed.body):
             if st.k in ("def", "class"):
@@ -348,6 +356,24 @@ def _blocks(st: N) -> tuple:
     if k in ("with", "block"):
         return (st.f["body"],)
     return ()
+
+
+# Python's own parser is asked only about files up to this size (its memory is not bounded like
+# the reader's): a larger file's syntax errors are reported as the reader found them
+PYTHON_CHECK_MAX_BYTES = 1 << 20
+
+
+def python_accepts(data: bytes) -> bool:
+    """Whether this interpreter's parser accepts the source (parsed to a tree, never compiled
+    further or run): where the tree-sitter grammar stops short of the language, the code is not
+    the user's error."""
+    if len(data) > PYTHON_CHECK_MAX_BYTES:
+        return False
+    try:
+        ast.parse(data)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    return True
 
 
 def flatten_top(body: list[N]):
