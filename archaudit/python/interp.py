@@ -1734,7 +1734,9 @@ def _target_paths(t: N, path: tuple):
 def _is_exit(last: N, test: N) -> bool:
     """Does a branch ending in `last` leave the function as a refusal, so that the code after the
     `if` is what the gate guards? raise/continue/break do; `return` does when it returns nothing,
-    None or False, or when the test is negated (`if not supported: return fallback`)."""
+    None or False, a message (a string with a space in it: `return "FA4 requires compute capability
+    9.0 or 10.0"`, which the caller raises), or when the test is negated (`if not supported:
+    return fallback`). A returned name (`return "fa3"`) is a selection, not a refusal."""
     if last.k in ("raise", "continue", "break"):
         return True
     if last.k != "return":
@@ -1742,7 +1744,19 @@ def _is_exit(last: N, test: N) -> bool:
     v = last.f["value"]
     if v is None or (v.k == "const" and v.f["value"] in (None, False)):
         return True
+    if _is_message(v):
+        return True
     return test.k == "not"
+
+
+def _is_message(v: N) -> bool:
+    """A string constant or f-string whose literal text holds a space: words for a person."""
+    if v.k == "const":
+        return isinstance(v.f["value"], str) and " " in v.f["value"].strip()
+    if v.k == "fstring":
+        return any(p.k == "const" and isinstance(p.f["value"], str) and " " in p.f["value"]
+                   for p in v.f.get("parts", ()))
+    return False
 
 
 def _deco_name(d: N) -> str:

@@ -1,0 +1,21 @@
+"""A refusal written as a returned message (fixtures/refusals): `if major not in (9, 10): return
+"FA4 requires ..."` guards what follows, like a raise, so sm_120 is excluded, not admitted; a
+returned name (`return "fa3"`) stays a selection."""
+from archaudit.pipeline import scan
+
+from conftest import FIXTURES
+
+FA4 = "refpkg/fa4.py"
+
+
+def test_message_returns_are_refusals(reg):
+    res = scan(FIXTURES / "refusals", [reg.parse("sm_120")])
+    gates = {g.line: (g.region, sorted(g.admits)) for g in res.gates if g.path == FA4}
+    assert gates == {
+        6: ("after-early-exit", ["sm_100", "sm_103", "sm_107", "sm_90"]),
+        13: ("after-early-exit", ["sm_100", "sm_103", "sm_107", "sm_90"]),
+        18: ("after-early-exit", ["sm_100"]),
+        24: ("branch", ["sm_90"]),
+    }
+    assert {(f.gate.line, f.verdict) for f in res.findings} == {
+        (6, "no-gpu-code"), (13, "no-gpu-code"), (18, "unresolved"), (24, "unresolved")}
