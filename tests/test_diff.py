@@ -133,16 +133,22 @@ PAIR = FIXTURES / "diffpair"
 
 def test_fixture_pair_exact_output():
     """fixtures/diffpair: diffpkg 1.0 -> 1.1. Every gate moves down (a docstring and a new function
-    above them); pick_backend's three tests trade places (== 9, == 10, == 12: the same three gates);
-    gen_attention_module's list gains 12 (changed); use_nvfp4 is new; legacy_path is gone."""
+    above them); pick_backend's three tests trade places (== 9, == 10, == 12: the same three gates,
+    but in 1.1 sm_120 returns at `== 12` before the other two, which no longer stop it: their
+    sm_120 findings go, a change for that target); gen_attention_module's list gains 12 (changed);
+    use_nvfp4 is new; legacy_path is gone."""
     r = _run(["diff", str(PAIR / "old"), str(PAIR / "new"), "-t", "sm_120", "-q", "--no-cache"])
     assert r.exit_code == 1, r.stderr
     assert r.stdout.splitlines() == [
         f"old: {PAIR / 'old'} (diffpkg 1.0)",
         f"new: {PAIR / 'new'} (diffpkg 1.1)",
-        "gates: 1 added, 1 removed, 1 changed; 4 moved only (not changes)",
-        "sm_120: 1 new finding (1 unresolved); 2 findings gone (were 2 unresolved)",
+        "gates: 1 added, 1 removed, 3 changed; 2 moved only (not changes)",
+        "sm_120: 1 new finding (1 unresolved); 4 findings gone (were 4 unresolved)",
         "",
+        "changed  diffpkg/ops.py:14 -> diffpkg/ops.py:22: capability-compare in diffpkg.ops.pick_backend",
+        "         sm_120: unresolved -> admitted",
+        "changed  diffpkg/ops.py:12 -> diffpkg/ops.py:24: capability-compare in diffpkg.ops.pick_backend",
+        "         sm_120: unresolved -> admitted",
         "changed  diffpkg/ops.py:22 -> diffpkg/ops.py:30: arch-list in diffpkg.ops.gen_attention_module",
         "         expr: current_compilation_context.get_nvcc_flags_list(supported_major_versions=[9, 10])  ->  "
         "current_compilation_context.get_nvcc_flags_list( supported_major_versions=[9, 10, 12], )",
@@ -158,8 +164,8 @@ def test_fixture_pair_exact_output():
     # the reversed bump: the same gates, the other way round
     r = _run(["diff", str(PAIR / "new"), str(PAIR / "old"), "-t", "sm_120", "-q", "--no-cache"])
     assert r.stdout.splitlines()[2:4] == [
-        "gates: 1 added, 1 removed, 1 changed; 4 moved only (not changes)",
-        "sm_120: 2 new findings (2 unresolved); 1 finding gone (were 1 unresolved)",
+        "gates: 1 added, 1 removed, 3 changed; 2 moved only (not changes)",
+        "sm_120: 4 new findings (4 unresolved); 1 finding gone (were 1 unresolved)",
     ]
     # a tree against itself: nothing, exit 0
     r = _run(["diff", str(PAIR / "old"), str(PAIR / "old"), "-t", "sm_120", "-q", "--no-cache"])
