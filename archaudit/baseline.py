@@ -39,14 +39,20 @@ def _base_key(g: Gate) -> str:
 
 def gate_keys(gates: list[Gate]) -> list[str]:
     """Stable identity of each gate (same order as `gates`)."""
+    return occurrence_keys(gates, _base_key)
+
+
+def occurrence_keys(gates: list[Gate], base) -> list[str]:
+    """base(gate)|occurrence for each gate (same order as `gates`); the occurrence counts gates
+    of equal base in (path, line, col) order."""
     groups: dict[str, list[int]] = {}
     for i, g in enumerate(gates):
-        groups.setdefault(_base_key(g), []).append(i)
+        groups.setdefault(base(g), []).append(i)
     keys = [""] * len(gates)
-    for base, idx in groups.items():
+    for b, idx in groups.items():
         idx.sort(key=lambda i: (gates[i].path, gates[i].line, gates[i].col))
         for n, i in enumerate(idx):
-            keys[i] = f"{base}|{n}"
+            keys[i] = f"{b}|{n}"
     return keys
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from urllib.parse import quote
 
 from . import __version__
-from .baseline import expr_skeleton, reportable
+from .baseline import expr_skeleton, occurrence_keys, reportable
 from .model import Gate
 from .report.shown import shown
 
@@ -43,17 +43,8 @@ def identity(g: Gate) -> str:
 
 
 def gate_identities(gates: list[Gate]) -> list[str]:
-    """identity|occurrence of each gate (same order as `gates`); the occurrence counts gates of
-    equal identity in (path, line, col) order."""
-    groups: dict[str, list[int]] = {}
-    for i, g in enumerate(gates):
-        groups.setdefault(identity(g), []).append(i)
-    keys = [""] * len(gates)
-    for base, idx in groups.items():
-        idx.sort(key=lambda i: (gates[i].path, gates[i].line, gates[i].col))
-        for n, i in enumerate(idx):
-            keys[i] = f"{base}|{n}"
-    return keys
+    """identity|occurrence of each gate (same order as `gates`)."""
+    return occurrence_keys(gates, identity)
 
 
 @dataclass
