@@ -39,9 +39,28 @@ def word_pattern(word: bytes) -> re.Pattern:
     return re.compile(rb"\b" + w + rb"\b")
 
 
+_WORD_RUN = re.compile(rb"[A-Za-z0-9_]+")
+# past this many names, one pass over the identifiers beats a substring search per name (a
+# module defining 60,000 functions searched for each of them is quadratic)
+MANY_NAMES = 64
+
+
 def name_occurrences(data: bytes, names) -> list[tuple[int, int]]:
     """Sorted (offset, length) of every occurrence of each name's bytes in data (substring
-    search: `ident_at` decides which are identifiers)."""
+    search: `ident_at` decides which are identifiers). With more than MANY_NAMES names, only the
+    occurrences `ident_at` can accept in a window that does not cut an identifier: the word runs,
+    without their leading digits, that are one of the names."""
+    names = list(names)
+    if len(names) > MANY_NAMES:
+        want = set(names)
+        out = []
+        for m in _WORD_RUN.finditer(data):
+            s, e = m.span()
+            while s < e and DIGIT_BYTE[data[s]]:
+                s += 1
+            if s < e and data[s:e] in want:
+                out.append((s, e - s))
+        return out
     out = []
     for nm in names:
         n = len(nm)
