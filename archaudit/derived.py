@@ -6,8 +6,7 @@ the bytes of the files its edits touch. So their reports are the same with and w
 
 The only further work, the combined patch (each edit re-evaluated with the others applied), is
 stored beside the scan's result (a scan of one target that runs the analysis makes it right away
-with its own patcher, about 5 % of a cold scan's CPU on the pinned pair, so that `patch` after
-`scan` only reads): under a key made of the result key (every input file's content
+with its own patcher, so that `patch` after `scan` only reads): under a key made of the result key (every input file's content
 hash, the file listing and the targets: scancache.Fingerprint.key), the command and its options.
 The cache's version tag covers archaudit's code and rules. A changed input file changes the result
 key, even when early cutoff proved the result itself unchanged, since a patch quotes file lines.

@@ -22,6 +22,7 @@ from typing import Callable, Iterable
 from .model import (BINARY_ONLY, BUILD_FLAGS, CPP_RUNTIME_CHECK, HARDWARE_BOUND, NO_GPU_CODE, PARTIAL, SOFTWARE_ONLY, UNRESOLVED,
                     Diagnostic, Evidence, Finding, Gate, Kernel, Link, ModuleVerdict, internal_error)
 from .callgraph.dsl import DslCallRule, dsl_rule_for
+from .ruledata import load_rule
 from .targets import CompileTarget, Gpu, Registry
 
 # TU diagnostics a scan reports as problems of the input (archaudit.cuda.tu.INPUT_PROBLEMS less the
@@ -354,18 +355,20 @@ def _dsl_needs(f: Finding, behind: Behind, ct: CompileTarget) -> str:
     lacking = [(rule, name, chain) for rule, name, chain in behind.dsl_calls if not rule.builds_for(ct)]
     if not lacking:
         return ""
+    missing = {}
     for rule, name, chain in lacking:
-        missing = [q.id for q in rule.requires if not q.supports(ct)]
+        missing[name] = [q.id for q in rule.requires if not q.supports(ct)]
         have = sorted(set.intersection(*(set(q.supported_on) for q in rule.requires)))
-        f.evidence.append(Evidence(chain[-1].path, chain[-1].line, missing[0], tuple(have),
-                                   f"CuTe DSL call {name} emits {rule.description}; {ct.name} has no {', '.join(missing)}"))
-    f.chain.extend(lacking[0][2])
-    rule, name, chain = lacking[0]
+        f.evidence.append(Evidence(chain[-1].path, chain[-1].line, missing[name][0], tuple(have),
+                                   f"CuTe DSL call {name} emits {rule.description}; {ct.name} has no "
+                                   f"{', '.join(missing[name])}"))
+    _rule, name, chain = lacking[0]
+    f.chain.extend(chain)
     tracer = next((ln.how.split(":", 1)[1].split("+")[0] for ln in chain if ln.how.startswith("traced-by:")), "")
     via = f"a function traced by {tracer} calls " if tracer else "the guarded path calls "
     more = f" (and {len(lacking) - 1} more such call(s))" if len(lacking) > 1 else ""
     return (f"{via}{name} ({chain[-1].path}:{chain[-1].line}), which needs "
-            f"{', '.join(q.id for q in rule.requires if not q.supports(ct))}: not on {ct.name}{more}")
+            f"{', '.join(missing[name])}: not on {ct.name}{more}")
 
 
 def _outside_reason(outside: list[tuple[str, list[Link]]]) -> str:
@@ -378,8 +381,6 @@ def _outside_reason(outside: list[tuple[str, list[Link]]]) -> str:
 def holds_gpu_code(dotted: str) -> bool:
     """Whether a call into `dotted` (outside the scan) may run NVIDIA GPU code archaudit does not
     analyse, so that a verdict cannot stand on what was read (rules/externals.toml)."""
-    from .ruledata import load_rule
-
     rules = load_rule("externals")
     parts = dotted.split(".")
     top = parts[0]
@@ -391,15 +392,11 @@ def holds_gpu_code(dotted: str) -> bool:
 def passes_objects(dotted: str) -> bool:
     """Whether what `dotted` (outside the scan) returns can be an object it was handed or one
     that calls back into it (rules/externals.toml passes_objects)."""
-    from .ruledata import load_rule
-
     return any(dotted == p or dotted.startswith(p + ".") for p in load_rule("externals").get("passes_objects", []))
 
 
 def noreturn(dotted: str) -> bool:
     """Whether a call of `dotted` (outside the scan) never returns (rules/externals.toml noreturn)."""
-    from .ruledata import load_rule
-
     return dotted in load_rule("externals").get("noreturn", [])
 
 
@@ -631,8 +628,6 @@ DEVICE_SUFFIXES = (".cu", ".cuh")  # sglang's load_jit compiles .cuh files given
 def _injected_defines(rule_id: str) -> dict[str, str]:
     """Defines a JIT adds on its own (rules/jit.toml `injects_defines`), with {cuda_arch} left for
     the compile target."""
-    from .ruledata import load_rule
-
     for r in load_rule("jit").get("sink", []):
         if r.get("id") == rule_id:
             return dict(r.get("injects_defines", {}))
