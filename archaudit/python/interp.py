@@ -878,10 +878,12 @@ class Interp:
                 # The GPUs that decide one way for sure agree; on the others the outcome also
                 # hangs on a non-architecture condition (a CUDA version, an env var). Read the
                 # test as the architecture test it is: those GPUs are the ones it singles out.
+                # (named from the outcome read term by term: `not fp8_ok()` with fp8_ok() falsy
+                # on sm_120 whatever the CUDA version is certain there, though its value is ENV)
                 t0 = next(iter(definite))
-                truth = [(not t0, t0) if (t and f) else (t, f) for t, f in truth]
                 via.add("environment-dependent on " + ", ".join(
-                    self.gpus[i].name for i, s in zip(reach, sets) if may_true(s) and may_false(s)))
+                    self.gpus[i].name for i, (t, f) in zip(reach, truth) if t and f))
+                truth = [(not t0, t0) if (t and f) else (t, f) for t, f in truth]
             admits = frozenset(
                 self.gpus[i].name for i, (t, f) in zip(reach, truth) if (t if positive else f)
             )
@@ -1158,11 +1160,13 @@ class Interp:
     def _boolop(self, a: AV, b: AV, short_circuit_on: bool) -> AV:
         """`a and b` (short_circuit_on=False) or `a or b` (True), per possibility.
 
-        An unknown value from the environment that stops `a and b` is falsy, whatever else it
-        is: FALSY, not OPAQUE (`_is_cuda and is_sm90_supported()` can be truthy only where
-        is_sm90 can; kept as OPAQUE, that possibility would make every later use of the value,
-        `(_is_sm90 or _is_sm100) and n > 0` in a predicate function, look truthy on every GPU).
-        An unknown condition (ENV) stays itself: it marks the GPUs where a test may hold."""
+        An unknown value or condition from the environment that stops `a and b` is falsy,
+        whatever else it is: FALSY, not OPAQUE or ENV (`_is_cuda and is_sm90_supported()` can be
+        truthy only where is_sm90 can; kept as OPAQUE, that possibility would make every later
+        use of the value, `(_is_sm90 or _is_sm100) and n > 0` in a predicate function, look
+        truthy on every GPU; `torch.version.cuda >= "12.8" and major == 10` kept as ENV would
+        look truthy on sm_120, where it is never true). An unknown condition that stops `a or b`
+        stays itself (ENV): it marks the GPUs where a test may hold."""
         sets = []
         for sa, sb in zip(a.sets, b.sets):
             acc = set()
@@ -1171,7 +1175,7 @@ class Interp:
                 if t is short_circuit_on:
                     acc.add(x)
                 elif t is None:
-                    acc.add(FALSY if not short_circuit_on and x is OPAQUE else x)
+                    acc.add(FALSY if not short_circuit_on and (x is OPAQUE or x is ENV) else x)
                     acc |= sb
                 else:
                     acc |= sb

@@ -368,10 +368,14 @@ def informative_sets(av: "AV", reach: list[int]) -> list[frozenset]:
     present on every GPU (an override dict, a config flag merged into the result) says nothing
     about the architecture; dropping it lets the architecture test that is merged with it decide.
     ENV (an unknown *condition*, like a CUDA-version check) is kept: it may be true on the GPUs
-    where it appears."""
+    where it appears, unless it is beside known values on every GPU: `arch = int(env) if env else
+    major * 10 + minor` makes `arch // 10 == 10` {ENV, True} on sm_100 and {ENV, False} on sm_90,
+    and the override must not hide the device's own path, which decides."""
     sets = [av.sets[i] for i in reach]
     if sets and all(OPAQUE in x or FALSY in x for x in sets):
         sets = [x - _ENV_UNKNOWNS or ENV_SET for x in sets]
+    if sets and all(ENV in x and len(x) > 1 for x in sets):
+        sets = [x - ENV_SET for x in sets]
     return sets
 
 
