@@ -50,10 +50,19 @@ _DIGITS = b"0123456789"
 
 
 def _trigger_alternatives() -> list[bytes]:
-    """TRIGGER_ALTERNATIVES plus the JIT flag keywords of rules/gates.toml (as Interp's Rules
-    reads them)."""
-    kws = set(load_rule("gates").get("jit_builders", {}).get("flag_keywords", []))
-    return [*TRIGGER_ALTERNATIVES, *(re.escape(k.encode()) for k in sorted(kws))]
+    """TRIGGER_ALTERNATIVES plus the JIT flag keywords and the TVM target predicates of
+    rules/gates.toml (as Interp's Rules reads them), and the TVM calls that give the device's
+    target (`Target.current()`, a device handle's `compute_version`)."""
+    data = load_rule("gates")
+    kws = set(data.get("jit_builders", {}).get("flag_keywords", []))
+    tt = data.get("tvm_target", {})
+    kws |= {n for r in tt.get("predicate", []) for n in r["names"]}
+    classes = sorted({c.rsplit(".", 1)[-1] for c in tt.get("classes", [])})
+    if tt:
+        kws |= {"compute_version"} | {f"{c}.{m}" for c in classes for m in tt.get("current", [])}
+    # a CUDA target spelled without its arch, which TVM completes from the device
+    built = [re.escape(c.encode()) + rb"""\(\s*["']cuda\b""" for c in classes]
+    return [*TRIGGER_ALTERNATIVES, *(re.escape(k.encode()) for k in sorted(kws)), *built]
 
 
 @lru_cache(maxsize=1)

@@ -33,6 +33,7 @@ from .values import (
     Instance,
     ModuleRef,
     Partial,
+    TvmTarget,
     Unres,
     cap,
     has_unres,
@@ -131,11 +132,21 @@ class Rules:
         self.flag_keywords: set[str] = set(jb.get("flag_keywords", []))
         self.arch_env: set[str] = set(data.get("arch_list_env", {}).get("names", []))
         self.dynamic_receivers: tuple[str, ...] = tuple(data.get("dynamic_lookup", {}).get("receivers", []))
+        tt = data.get("tvm_target", {})
+        self.target_classes: frozenset = frozenset(tt.get("classes", []))
+        self.target_current: frozenset = frozenset(tt.get("current", []))
+        self.target_devices: frozenset = frozenset(tt.get("devices", []))
+        self.target_device_arch: tuple = tuple(tt.get("device_arch", []))
+        self.target_suffixed_from: int = int(tt.get("suffixed_from", 0))
+        # target predicate name -> (lowest, highest) arch number it is true for
+        self.target_predicates: dict[str, tuple[int, int]] = {
+            n: (int(r["cc"][0]), int(r["cc"][1])) for r in tt.get("predicate", []) for n in r["names"]}
         self.reg = reg
         self._pred_memo: dict = {}
         # names the interpreter gives a meaning whatever they are bound to (see meaningful)
         self._special = (self.cap_tuple | self.cap_sm | self.cap_props | set(self.cap_methods)
-                         | set(self.arch_lists) | self.jit_builders | self.flag_keywords | self.arch_env)
+                         | set(self.arch_lists) | self.jit_builders | self.flag_keywords | self.arch_env
+                         | set(self.target_predicates))
 
     def meaningful(self, name: bytes) -> bool:
         """Does the interpreter read an attribute or call of this name as an architecture test,
@@ -257,6 +268,13 @@ class Interp:
         self._cap_sm = self.dom.per([g.cc for g in self.gpus])
         self._cap_major = self.dom.per([g.major for g in self.gpus])
         self._cap_minor = self.dom.per([g.minor for g in self.gpus])
+        # a TVM target derived from the device (rules/gates.toml [tvm_target] device_arch), and
+        # a TVM device handle (tvm.cuda(0)), on each GPU
+        self._device_target = AV(tuple(
+            frozenset(TvmTarget("cuda", f.format(cc=g.cc)) for f in self.rules.target_device_arch
+                      if f.endswith("{cc}") or g.cc >= self.rules.target_suffixed_from) or UNKNOWN_SET
+            for g in self.gpus))
+        self._tvm_device = self.dom.per([_TvmDevice(g.major, g.minor) for g in self.gpus])
 
     # ------------------------------------------------------------------ helpers
     def arch_dependent(self, av: AV) -> bool:
@@ -1068,6 +1086,21 @@ class Interp:
             return self.dom.const(_MethodOf(v, attr))
         if isinstance(v, _CapProps):
             return self.dom.const({"major": v.major, "minor": v.minor}.get(attr, OPAQUE))
+        if isinstance(v, TvmTarget):
+            if attr == "arch":
+                return self.dom.const(v.arch) if v.arch is not None else self.dom.OPAQUE
+            if attr == "attrs":
+                return self.dom.const(FrozenDict((("arch", v.arch),) if v.arch is not None else ()))
+            if attr == "kind":
+                return self.dom.const(_TvmKind(v.kind))
+            return self.dom.OPAQUE
+        if isinstance(v, _TvmKind) and attr == "name":
+            return self.dom.const(v.name)
+        if isinstance(v, _TvmDevice):
+            if attr == "compute_version":
+                return self.dom.const(f"{v.major}.{v.minor}")
+            if attr == "exist":
+                return self.dom.const(True)
         return self.dom.OPAQUE
 
     def _e_subscript(self, n: N, fr: Frame) -> AV:
@@ -1269,6 +1302,9 @@ class Interp:
             self._check_jit_flags(n, fr, kwargs)
 
         result = self._call_value(func, args, kwargs, callee_name)
+        if callee_name in self.rules.target_predicates and not self.arch_dependent(result) and self._unknownish(func):
+            # defined outside Python (tilelang's C++ through tvm_ffi): the rules say what it tests
+            return self._target_predicate(callee_name, args)
         if callee_name and not self.arch_dependent(result):
             fb = self._name_fallback(callee_name, func, result)
             if fb is not None:
@@ -1515,7 +1551,61 @@ class Interp:
             return self.dom.const(_Identity(last))
         if last in self.rules.cap_tuple or last in self.rules.cap_sm or last in self.rules.cap_props:
             return self._cap_source(last, self.dom.const(f))
+        tt = self.rules
+        if f.dotted in tt.target_classes:
+            return self._tvm_target(args[0] if args else kwargs.get("target"))
+        if f.dotted.rpartition(".")[0] in tt.target_classes and last in tt.target_current:
+            self._note(f"tvm-target {f.dotted}(): the target the device gives")
+            return self._device_target
+        if f.dotted in tt.target_devices:
+            self._note(f"capability-source {f.dotted}")
+            return self._tvm_device
         return self.dom.OPAQUE
+
+    def _tvm_target(self, spec: AV | None) -> AV:
+        """tvm.target.Target(spec): the target a string ("cuda -arch=sm_90a"), a dict ({"kind":
+        "cuda", "arch": ...}) or a target spells; a "cuda" one given no arch is the device's."""
+        if spec is None:
+            return self.dom.OPAQUE
+        sets, device = [], False
+        for i in range(self.n):
+            acc: set = set()
+            for v in spec.sets[i]:
+                t = _target_of(v)
+                if t == "device":
+                    device = True
+                    acc |= self._device_target.sets[i]
+                else:
+                    acc.add(t if t is not None else OPAQUE)
+            sets.append(cap(frozenset(acc)))
+        if device:
+            self._note("tvm-target Target(\"cuda\") given no arch: the device's")
+        return AV(tuple(sets))
+
+    def _target_predicate(self, name: str, args: list[AV]) -> AV:
+        """A target predicate of rules/gates.toml [[tvm_target.predicate]] (tilelang's
+        TargetIsHopper, ...) on its target: exact on a target the analysis knows, the GPU's own
+        target (a name rule) on one it does not."""
+        lo, hi = self.rules.target_predicates[name]
+        arg = args[0] if args else self.dom.OPAQUE
+        sets, by_name = [], False
+        for i, g in enumerate(self.gpus):
+            acc: set = set()
+            for v in arg.sets[i]:
+                if isinstance(v, TvmTarget):
+                    if v.kind != "cuda":
+                        acc.add(False)
+                        continue
+                    m = re.match(r"sm_(\d+)", v.arch or "")
+                    acc.add(lo <= int(m.group(1)) <= hi if m else OPAQUE)
+                elif v is OPAQUE or v is ENV or v is FALSY or isinstance(v, (Unres, ExtRef, Instance)):
+                    by_name = True
+                    acc.add(lo <= g.cc <= hi)
+                else:
+                    acc.add(OPAQUE)
+            sets.append(cap(frozenset(acc)))
+        self._note(f"name-rule {name}: the GPU's own target" if by_name else f"tvm-target {name}")
+        return AV(tuple(sets))
 
     def _call_method_of(self, m: _MethodOf, args: list[AV]) -> AV:
         obj, name = m.obj, m.name
@@ -1690,6 +1780,61 @@ class _CapProps:
 
     def __hash__(self):
         return hash(("props", self.major, self.minor))
+
+
+class _TvmKind:
+    """A TVM target's kind: only .name is known."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __eq__(self, o):
+        return isinstance(o, _TvmKind) and self.name == o.name
+
+    def __hash__(self):
+        return hash(("tvm-kind", self.name))
+
+
+class _TvmDevice:
+    """tvm.cuda(0) on one GPU: .compute_version ("9.0") and .exist are known."""
+
+    __slots__ = ("major", "minor")
+
+    def __init__(self, major: int, minor: int):
+        self.major, self.minor = major, minor
+
+    def __eq__(self, o):
+        return isinstance(o, _TvmDevice) and (self.major, self.minor) == (o.major, o.minor)
+
+    def __hash__(self):
+        return hash(("tvm-device", self.major, self.minor))
+
+
+def _target_of(v) -> "TvmTarget | str | None":
+    """What tvm.target.Target(v) makes of one value: a TvmTarget, "device" (a "cuda" target given
+    no arch, which TVM completes from device 0), or None (not known: a tag such as
+    "nvidia/nvidia-a100", a value the analysis cannot read)."""
+    if isinstance(v, TvmTarget):
+        return v
+    if isinstance(v, str):
+        tokens = v.split()
+        if not tokens or "/" in tokens[0]:
+            return None
+        kind, arch = tokens[0], None
+        for tok in tokens[1:]:
+            if tok.startswith(("-arch=", "--arch=")):
+                arch = tok.split("=", 1)[1]
+    elif isinstance(v, FrozenDict):
+        kind, arch = v.get("kind"), v.get("arch", "")
+        if not isinstance(kind, str) or not isinstance(arch, str):
+            return None
+    else:
+        return None
+    if kind != "cuda":
+        return TvmTarget(kind, None)
+    return TvmTarget(kind, arch) if arch else "device"
 
 
 def _all_str(av: AV) -> bool:

@@ -137,6 +137,15 @@ class ArchFlags:
     admits: frozenset
 
 
+@dataclass(frozen=True)
+class TvmTarget:
+    """A TVM Target (rules/gates.toml [tvm_target]): its kind ("cuda", "llvm", ...) and, for a
+    CUDA target, its arch string ("sm_90a"; None when not known)."""
+
+    kind: str
+    arch: str | None
+
+
 class FrozenDict:
     __slots__ = ("items", "_h")
 
@@ -326,7 +335,7 @@ def truth(v) -> bool | None:
         return None
     if v is FALSY:
         return False
-    if isinstance(v, (FuncRef, ClassRef, ModuleRef, ExtRef, Instance, BoundMethod, Partial, ArchFlags)):
+    if isinstance(v, (FuncRef, ClassRef, ModuleRef, ExtRef, Instance, BoundMethod, Partial, ArchFlags, TvmTarget)):
         return True
     try:
         return bool(v)
