@@ -213,6 +213,9 @@ def test_real_flashinfer_release_pair(comm_pair, reg):
             c["admits_gained"], c["admits_lost"]) for c in obj["changes"]]
     assert got == [
         ("changed", "flashinfer/jit/comm.py", 191, "flashinfer.jit.comm.gen_trtllm_comm_module", ["sm_120", "sm_121"], []),
+        # `can_use_clusters_topk(...) and row_to_batch is None and row_starts is None` (major 10: the
+        # predicate ands `not deterministic` with `cap[0] == 10`) gains `and page_table_row_starts is None`
+        ("changed", "flashinfer/topk.py", 768, "flashinfer.topk.top_k_page_table_transform", [], []),
         ("added", "flashinfer/fused_moe/runners.py", 363, "flashinfer.fused_moe.runners.TrtllmFp4RoutedRunner.check_support",
          ["sm_100", "sm_103"], []),
         ("added", "flashinfer/gdn_kernels/gdn_decode_bf16_wy_output_only.py", 1949,
