@@ -45,13 +45,21 @@ def _fail_set(text):
 
 
 def _repo(repo_root, result):
-    from .repo import repo_context
-
     if repo_root is not None and not os.path.isdir(repo_root):
         raise click.BadParameter(f"{repo_root}: not a directory", param_hint="--repo-root")
     tops = [t for d in result.packages for t in d.top_level] + [d.dist_info for d in result.packages]
     scan_root = result.root if result.root and os.path.exists(result.root) else None
-    return repo_context(repo_root, scan_root, installed_tops=tops)
+    return _repo_context(repo_root, scan_root, installed_tops=tops)
+
+
+def _repo_context(repo_root, scan_root, **kw):
+    """repo.repo_context, with a pin file that cannot be read as an input error (exit 2)."""
+    from .repo import PinFileError, repo_context
+
+    try:
+        return repo_context(repo_root, scan_root, **kw)
+    except PinFileError as e:
+        raise click.UsageError(str(e)) from None
 
 
 def _items(result, suppress: bool = True):
@@ -264,7 +272,6 @@ def register(main) -> None:
         """Compare the gates of two environments (site-packages, wheels, source trees): a dependency bump."""
         from . import diff as d
         from .cli import parse_targets
-        from .repo import repo_context
         from .targets import registry
 
         reqs = parse_targets(targets)
@@ -283,7 +290,7 @@ def register(main) -> None:
         elif fmt == "sarif":
             from .report.sarif import dumps
 
-            text = dumps(d.to_sarif(res, reg, repo_context(repo_root, new)))
+            text = dumps(d.to_sarif(res, reg, _repo_context(repo_root, new)))
         else:
             text = d.render_text(res, reg)
         if output:

@@ -64,15 +64,25 @@ def _pin_files(root: Path) -> list[Path]:
     return [t[3] for t in out]
 
 
+class PinFileError(ValueError):
+    """A pin file that cannot be read as one (a link to a device, a FIFO, oversized, unreadable, or
+    TOML that does not parse): an input error of the run, never a file that silently pins nothing."""
+
+
 _REQ_LINE = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[[^\]]*\])?\s*(?:[<>=!~;@ ]|$)")
 _LOCK_NAME = re.compile(r"""^\s*name\s*=\s*["']([^"']+)["']""")
 
 
 def _pins_in(path: Path, rel: str) -> dict[str, Pin]:
+    # a pull request can commit any of these as a link to /dev/zero, a FIFO or a huge file: read
+    # without blocking, size-capped, and an error names the file (results would otherwise point
+    # at another pin, or none, without a word)
     try:
         text = read_regular_file(path).decode("utf-8", errors="replace")
-    except (OSError, UnsafeInput):
-        return {}  # a pin file that is a link to a device, a FIFO or oversized pins nothing
+    except UnsafeInput as e:
+        raise PinFileError(f"{rel}: cannot read pin file: {e}") from None
+    except OSError as e:
+        raise PinFileError(f"{rel}: cannot read pin file: {e.strerror or e}") from None
     out: dict[str, Pin] = {}
     name = path.name
     lines = text.splitlines()
@@ -93,7 +103,7 @@ def _pins_in(path: Path, rel: str) -> dict[str, Pin]:
     if name.endswith(".toml"):
         # tomllib says which names are dependencies; the line is where the name first appears as a
         # requirement string ("flashinfer-python==0.7.2") or a poetry key (flashinfer-python = "0.7.2")
-        for dep in sorted(_toml_dependency_names(text)):
+        for dep in sorted(_toml_dependency_names(text, rel)):
             pat = re.compile(r"""(["'])\s*""" + _name_re(dep) + r"""\s*(\[[^\]]*\])?\s*([<>=!~;@ ]|\1)"""
                              r"""|^\s*["']?""" + _name_re(dep) + r"""["']?\s*=""", re.I)
             for i, line in enumerate(lines, 1):
@@ -115,35 +125,43 @@ def _name_re(norm: str) -> str:
     return "[-_.]+".join(re.escape(p) for p in norm.split("-"))
 
 
-def _toml_dependency_names(text: str) -> set[str]:
+def _toml_dependency_names(text: str, rel: str) -> set[str]:
     try:
         import tomllib
     except ModuleNotFoundError:  # Python 3.10
         import tomli as tomllib
     try:
         data = tomllib.loads(text)
-    except Exception:  # noqa: BLE001 - a broken pyproject just pins nothing
-        return set()
-    specs: list[str] = []
-    proj = data.get("project", {})
-    specs += list(proj.get("dependencies", []) or [])
-    for v in (proj.get("optional-dependencies", {}) or {}).values():
-        specs += list(v or [])
-    for v in (data.get("dependency-groups", {}) or {}).values():
-        specs += [x for x in (v or []) if isinstance(x, str)]
-    specs += list(data.get("build-system", {}).get("requires", []) or [])
+    except tomllib.TOMLDecodeError as e:
+        raise PinFileError(f"{rel}: not a TOML file ({e})") from None
+    except RecursionError:  # tomllib recurses once per nesting level
+        raise PinFileError(f"{rel}: TOML nested too deeply to read") from None
+
+    # the tables and lists are whatever the file holds: take only those of the expected types
+    def table(t, key) -> dict:
+        v = t.get(key) if isinstance(t, dict) else None
+        return v if isinstance(v, dict) else {}
+
+    def strings(v) -> list[str]:
+        return [x for x in v if isinstance(x, str)] if isinstance(v, list) else []
+
+    proj = table(data, "project")
+    specs = strings(proj.get("dependencies"))
+    for v in table(proj, "optional-dependencies").values():
+        specs += strings(v)
+    for v in table(data, "dependency-groups").values():
+        specs += strings(v)
+    specs += strings(table(data, "build-system").get("requires"))
     names = set()
     for s in specs:
-        if isinstance(s, str):
-            m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", s)
-            if m:
-                names.add(normalize_name(m.group(1)))
-    poetry = data.get("tool", {}).get("poetry", {})
-    tables = [poetry.get("dependencies", {}), poetry.get("dev-dependencies", {})]
-    tables += [g.get("dependencies", {}) for g in (poetry.get("group", {}) or {}).values() if isinstance(g, dict)]
+        m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", s)
+        if m:
+            names.add(normalize_name(m.group(1)))
+    poetry = table(table(data, "tool"), "poetry")
+    tables = [table(poetry, "dependencies"), table(poetry, "dev-dependencies")]
+    tables += [table(g, "dependencies") for g in table(poetry, "group").values()]
     for t in tables:
-        if isinstance(t, dict):
-            names |= {normalize_name(k) for k in t if k.lower() != "python"}
+        names |= {normalize_name(k) for k in t if k.lower() != "python"}
     return names
 
 
@@ -184,7 +202,8 @@ class RepoContext:
 
 def repo_context(repo_root: str | os.PathLike | None, scan_root: str | os.PathLike | None,
                  installed_tops=(), search: bool = True) -> RepoContext:
-    """Build the context; `repo_root` None means: the work tree around the current directory."""
+    """Build the context; `repo_root` None means: the work tree around the current directory.
+    Raises PinFileError for a pin file that cannot be read (see _pins_in)."""
     root = Path(repo_root).resolve() if repo_root is not None else (find_repo_root() if search else None)
     scan = Path(scan_root).resolve() if scan_root is not None else None
     pins: dict[str, Pin] = {}

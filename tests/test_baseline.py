@@ -205,6 +205,46 @@ def test_bad_baseline_files_are_usage_errors(repo, content, message):
     assert r.exit_code == 2 and message in r.stderr and "Traceback" not in r.output
 
 
+@pytest.mark.parametrize("kind, message", [
+    ("dev-zero-link", "requirements.txt: cannot read pin file: not a regular file"),
+    ("fifo", "requirements.txt: cannot read pin file: not a regular file"),
+    ("dangling", "requirements.txt: cannot read pin file: No such file or directory"),
+    ("deep-toml", "pyproject.toml: TOML nested too deeply to read"),
+    ("bad-toml", "pyproject.toml: not a TOML file (Expected '=' after a key in a key/value pair (at line 1, column 5))"),
+])
+def test_hostile_pin_files_are_input_errors(repo, kind, message):
+    # files a pull request can commit, read for SARIF's pin lines: an input error naming the file,
+    # at once (not a hang on the FIFO, not /dev/zero read into memory, not silently no pins)
+    import time
+
+    req = repo / "requirements.txt"
+    req.unlink()
+    if kind == "dev-zero-link":
+        req.symlink_to("/dev/zero")
+    elif kind == "fifo":
+        os.mkfifo(req)
+    elif kind == "dangling":
+        req.symlink_to("gone.txt")
+    elif kind == "deep-toml":
+        (repo / "pyproject.toml").write_text("a = " + "[" * 100000 + "]" * 100000 + "\n")
+    else:
+        (repo / "pyproject.toml").write_text("not toml\n")
+    t0 = time.monotonic()
+    r = _run(["scan", "ciapp", "-t", "sm_120", "--format", "sarif", "-q"], repo)
+    assert time.monotonic() - t0 < 30
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    assert f"Error: {message}" in r.stderr
+    assert r.stdout == ""  # no report that leaves the pin out
+
+
+def test_pyproject_of_unexpected_types_pins_what_it_can(tmp_path):
+    (tmp_path / "pyproject.toml").write_text(
+        'project = 1\n[build-system]\nrequires = "setuptools"\n[dependency-groups]\ndev = ["pytest>=8", {include-group = "x"}]\n'
+        '[tool]\npoetry = [1]\n')
+    ctx = repo_context(tmp_path, None)
+    assert ctx.pins == {"pytest": Pin("pyproject.toml", 5, 'dev = ["pytest>=8", {include-group = "x"}]')}
+
+
 def test_baseline_needs_a_target(repo):
     r = _run(["baseline", "ciapp"], repo)
     assert r.exit_code == 2 and "--target" in r.stderr
