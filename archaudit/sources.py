@@ -279,11 +279,16 @@ class DirSource(Source):
         seen_dirs: set[tuple[int, int]] = set()
         chains: dict = {}  # see _chain_target
         linked: dict[str, str] = {}  # listed path of a symlinked file -> its real path
+        # a directory symlink to another directory of the tree -> that directory's path: its files
+        # are listed once, under their real paths (the walk reaches every real directory itself)
+        dir_links: dict[str, str] = {}
+        rootp = str(root).rstrip(os.sep) + os.sep
         stack = [("", root)]
         while stack:
             rel, d = stack.pop()
             try:
                 st = os.stat(d)
+                dreal = os.path.realpath(d)
             except OSError as e:
                 self.diag(rel or ".", "unreadable", f"cannot stat directory: {e.strerror}")
                 continue
@@ -338,6 +343,20 @@ class DirSource(Source):
                         is_dir, is_file = stat.S_ISDIR(target_st.st_mode), stat.S_ISREG(target_st.st_mode)
                     else:
                         is_dir, is_file = e.is_dir(), e.is_file()
+                    if is_dir and real is not None:
+                        # a link to this directory or one enclosing it: a loop, never followed. One
+                        # to another directory of the tree: an alias of it, not walked again; the
+                        # walk lists that directory under its own path (unless it is one the walk
+                        # skips, __pycache__ or .git: then this link is the way in)
+                        if dreal == real or dreal.startswith(real.rstrip(os.sep) + os.sep):
+                            self.diag(erel, "symlink-loop", "directory symlink to an enclosing directory (loop); "
+                                      "not followed")
+                            continue
+                        target = real[len(rootp):].replace(os.sep, "/") if real.startswith(rootp) else ""
+                        if target and not {"__pycache__", ".git"} & set(target.split("/")):
+                            self._dirs.add(erel)
+                            dir_links[erel] = target
+                            continue
                     if is_dir:
                         if e.name.endswith(PY_EXT + CUDA_EXT):
                             self.diag(erel, "not-a-file", "a directory named like a source file; not read as one",
@@ -353,7 +372,27 @@ class DirSource(Source):
                 except OSError as err:
                     self.diag(erel, "unreadable", f"cannot stat: {err.strerror}")
         out.sort()
-        return self._one_path_per_file(out, linked)
+        kept = self._one_path_per_file(out, linked)
+        self._alias_directories(kept, dir_links)
+        return kept
+
+    def _alias_directories(self, files: list[str], dir_links: dict[str, str]) -> None:
+        """Each file under a directory some symlinks alias is readable (an import or #include
+        may name it) by the links' paths as well; one note on the directory names the links."""
+        by_target: dict[str, list[str]] = {}
+        for link, target in sorted(dir_links.items()):
+            by_target.setdefault(target, []).append(link)
+        for target, links in by_target.items():
+            prefix = target + "/"
+            under = [f for f in files if f.startswith(prefix)]
+            for link in links:
+                for f in under:
+                    self.aliases.setdefault(link + "/" + f[len(prefix):], self.aliases.get(f, f))
+                for d in [x for x in self._dirs if x.startswith(prefix)]:
+                    self._dirs.add(link + "/" + d[len(prefix):])
+            shown = ", ".join(links[:3]) + (f" and {len(links) - 3} more" if len(links) > 3 else "")
+            self.diag(target, "symlink-alias", f"directory also reached through {len(links)} symlink(s) ({shown}); "
+                      f"its {len(under)} file(s) analysed once under this path", severity="note")
 
     def _one_path_per_file(self, out: list[str], linked: dict[str, str]) -> list[str]:
         """The listing with each file reached through symlinks kept once: under its real path

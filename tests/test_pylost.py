@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 
+import pytest
 from click.testing import CliRunner
 
 from archaudit.cli import main
@@ -234,3 +235,27 @@ def test_chains_longer_than_the_bound_in_either_name_order(tmp_path):
     assert diags(doc, "symlink-alias") == [("p/real.py", None, f"also reached through {2 * n - 10} symlink(s) "
                                             "(p/a0001.py, p/a0002.py, p/a0003.py and "
                                             f"{2 * n - 13} more); the same file, analysed once under this path")]
+
+
+@pytest.mark.parametrize("link", ["alias", "zlink"])  # the link's name before and after the directory's
+def test_a_directory_symlink_to_another_directory_is_an_alias_not_a_loop(tmp_path, link):
+    # before: the second of the two paths the walk met was 'symlink-loop' ("directory reached
+    # twice"), and when the link sorted after the directory, the real directory was the one
+    # called a loop and its files were listed under the link
+    pkg = tmp_path / "dpkg"
+    (pkg / "impl").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "impl" / "__init__.py").write_text("")
+    (pkg / "impl" / "real.py").write_text(GATE_PY)
+    os.symlink("impl", pkg / link)
+    # an import through the link's path reads the same file
+    (pkg / "user.py").write_text(f"from .{link}.real import hopper\n\n\ndef use():\n    if hopper():\n        return 1\n"
+                                 "    return 0\n")
+    os.symlink(".", pkg / "impl" / "self")  # a real loop beside it
+    doc = scan(tmp_path)
+    assert [(g["path"], g["line"], g["resolution"]) for g in doc["gates"]] == [
+        ("dpkg/impl/real.py", 9, CAP), ("dpkg/user.py", 5, "inferred: dpkg.impl.real.hopper")]
+    assert [(d["path"], d["kind"], d["severity"], d["message"]) for d in doc["diagnostics"]] == [
+        ("dpkg/impl", "symlink-alias", "note",
+         f"directory also reached through 1 symlink(s) (dpkg/{link}); its 2 file(s) analysed once under this path"),
+        ("dpkg/impl/self", "symlink-loop", "warning", "directory symlink to an enclosing directory (loop); not followed")]

@@ -137,6 +137,8 @@ class Index:
         # path -> python.gates.byte_facts of the file, when the prefilter computed them
         self.byte_facts: dict | None = None
         dirs_with_init = {p.rsplit("/", 1)[0] for p in py_files if p.endswith("/__init__.py")}
+        # a directory reached through a symlink is a package under the link's path too
+        dirs_with_init |= {a.rsplit("/", 1)[0] for a in getattr(source, "aliases", {}) if a.endswith("/__init__.py")}
         for p in py_files:
             name = _dotted(p) if path_based else self._module_name(p, dirs_with_init)
             if name is None:
