@@ -19,7 +19,7 @@ from pathlib import Path, PurePosixPath
 
 from .model import Diagnostic
 from .parsing.screen import binary_problem, python_text_problem
-from .python.pybytes import more_tokens_than
+from .python.pybytes import more_defs_than, more_tokens_than
 
 PY_EXT = (".py", ".pyi")
 CUDA_EXT = (".cu", ".cuh", ".h", ".hpp", ".cpp", ".cc", ".cxx", ".inl", ".hh", ".cuinl")
@@ -33,6 +33,9 @@ MAX_PYTHON_BYTES = 4 * 1024 * 1024
 # million of them, and tree-sitter plus the IR took 1.5 GB for it). The most in flashinfer and
 # sglang: 277,000 (a generated 0.96 MB kernel module).
 MAX_PYTHON_TOKENS = 1_000_000
+# Function definitions in one .py file: finding and judging gates costs per function, so a file
+# with more is skipped before it is parsed. 10x the most in flashinfer and sglang (408).
+MAX_PYTHON_DEFS = 4_096
 # A wheel member may not claim to inflate beyond this (zip bombs); the file limit applies too.
 MAX_WHEEL_MEMBER_BYTES = 64 * 1024 * 1024
 # Inflated bytes read from one wheel in total (many small bombs); flashinfer's wheel is ~500 MB.
@@ -86,6 +89,9 @@ class Source:
             why = python_text_problem(data)
             if why is not None:
                 self.diag(rel, "unreadable-source", f"skipped: {why}")
+                return None
+            if more_defs_than(data, MAX_PYTHON_DEFS):
+                self.diag(rel, "too-large", f"more than {MAX_PYTHON_DEFS} function definitions; skipped")
                 return None
             if more_tokens_than(data, MAX_PYTHON_TOKENS):
                 self.diag(rel, "too-large", f"more than {MAX_PYTHON_TOKENS} tokens; skipped")

@@ -50,7 +50,8 @@ print(json.dumps({"rc": p.returncode, "out": p.stdout.decode("utf-8", "replace")
 """
 
 
-def run_bounded(args: list[str], cwd: Path, env: dict | None = None, time_s: float = TIME_S) -> dict:
+def run_bounded(args: list[str], cwd: Path, env: dict | None = None, time_s: float = TIME_S,
+                rss_mb: float = MAX_RSS_MB) -> dict:
     """archaudit ARGS in a fresh process under AS_LIMIT; its exit code, output, times and peak
     resident memory (of it and its workers). Fails past time_s of CPU (all its processes: wall
     time on a shared 2-core machine says more about the neighbours), past WALL_S of wall time
@@ -67,13 +68,14 @@ def run_bounded(args: list[str], cwd: Path, env: dict | None = None, time_s: flo
         pytest.fail(f"archaudit {' '.join(args)} ran past {WALL_S} s of wall time")
     r = json.loads(out)
     assert r["cpu"] < time_s, (r["cpu"], r["seconds"], r["err"][-2000:])
-    assert r["rss_mb"] < MAX_RSS_MB, (r["rss_mb"], r["err"][-2000:])
+    assert r["rss_mb"] < rss_mb, (r["rss_mb"], r["err"][-2000:])
     return r
 
 
-def scan_json(target: Path, cwd: Path, *extra: str, time_s: float = TIME_S) -> tuple[dict, dict]:
+def scan_json(target: Path, cwd: Path, *extra: str, time_s: float = TIME_S, rss_mb: float = MAX_RSS_MB) -> tuple[dict, dict]:
     out = cwd / "out.json"
-    r = run_bounded(["scan", str(target), "--format", "json", "-o", str(out), "-q", *extra], cwd, time_s=time_s)
+    r = run_bounded(["scan", str(target), "--format", "json", "-o", str(out), "-q", *extra], cwd, time_s=time_s,
+                    rss_mb=rss_mb)
     assert r["rc"] == 0, r["err"][-2000:]
     return r, json.loads(out.read_text())
 
@@ -555,36 +557,140 @@ def test_link_added_after_a_clean_scan_is_reported_warm(tmp_path):
 
 # --- gate-dense modules ---------------------------------------------------------------------
 
-def test_gate_dense_module_is_judged_under_a_budget(tmp_path):
-    """A wheel with a module of 6,000 functions, each a gate calling a helper: every gate's
-    call-graph search scans the module's definitions for callers (36M steps, about 20 s CPU
-    here). The search charges its steps to the file; past judge.JUDGE_WORK_BUDGET the file's
-    remaining gates are unresolved, with one analysis-budget diagnostic; the gate beside it is
-    judged as usual."""
-    from archaudit.judge import JUDGE_WORK_BUDGET
-
+def dense_wheel(path: Path, modules: int, functions: int) -> Path:
+    """densepkg 1.0: gate.py (GATE) and `modules` copies of a module defining `functions` gates
+    `def f<i>(): if major() == 9: return <i>` (56 bytes each), major() reading the capability."""
     lines = ["import torch", "def major():", "    return torch.cuda.get_device_capability()[0]"]
-    for i in range(6000):
+    for i in range(functions):
         lines += [f"def f{i}():", "    if major() == 9:", f"        return {i}"]
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+    src = ("\n".join(lines) + "\n").encode()
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as z:
         z.writestr("densepkg/__init__.py", "")
         z.writestr("densepkg/gate.py", GATE)
-        z.writestr("densepkg/dense.py", "\n".join(lines) + "\n")
+        for m in range(modules):
+            z.writestr(f"densepkg/dense{m:02d}.py", src)
         z.writestr("densepkg-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: densepkg\nVersion: 1.0\n\n")
         z.writestr("densepkg-1.0.dist-info/RECORD", "")
-    whl = tmp_path / "densepkg-1.0-py3-none-any.whl"
-    whl.write_bytes(buf.getvalue())
-    _r, rep = scan_json(whl, tmp_path, "--no-cache", "-t", "sm_120")
-    dense = [f for f in rep["findings"] if f["gate"]["path"] == "densepkg/dense.py"]
-    cut = [f for f in dense if f["reason"].startswith("not followed: the call-graph search from this file's gates stopped")]
-    assert len(dense) == 5999 and all(f["verdict"] == "unresolved" for f in dense)
-    # the gates judged in order, up to the budget: every one cut comes after every one followed
-    followed = [f["gate"]["line"] for f in dense if not f["reason"].startswith("not followed")]
-    assert 0 < len(cut) < 5999 and max(followed) < min(f["gate"]["line"] for f in cut)
-    msg = diag_message(rep, "densepkg/dense.py", "analysis-budget")
-    assert msg == (f"the call-graph search from this file's gates stopped at its budget of {JUDGE_WORK_BUDGET:,} "
-                   f"steps; {len(cut)} gates not followed (unresolved)")
+    return path
+
+
+def beside_is_judged(rep: dict) -> None:
+    """The gate of gate.py is judged as in a scan of its own: unresolved, for its own reason."""
     beside = [f for f in rep["findings"] if f["gate"]["path"] == "densepkg/gate.py"]
     assert [(f["gate"]["line"], f["verdict"]) for f in beside] == [(5, "unresolved")]
-    assert not beside[0]["reason"].startswith("not followed")
+    assert beside[0]["reason"].startswith("no JIT module is reached from the region this gate guards; "
+                                          "not shown free of GPU code: densepkg.gate.pick returns what the gate decides")
+
+
+def test_gate_dense_module_is_judged_under_a_budget(tmp_path):
+    """A module of 4,000 functions, each a gate calling a helper. Gate evaluation stops at
+    MAX_MODULE_FUNCTIONS; every gate found has its call-graph search scan the module's
+    definitions for callers, charged to the file: past judge.JUDGE_WORK_BUDGET its remaining
+    gates are unresolved, with one analysis-budget diagnostic each; the gate beside it is judged
+    as usual."""
+    from archaudit.judge import JUDGE_WORK_BUDGET
+    from archaudit.python.gates import MAX_MODULE_FUNCTIONS
+
+    whl = dense_wheel(tmp_path / "densepkg-1.0-py3-none-any.whl", 1, 4000)
+    _r, rep = scan_json(whl, tmp_path, "--no-cache", "-t", "sm_120")
+    gates = [g["line"] for g in rep["gates"] if g["path"] == "densepkg/dense00.py"]
+    # the first functions in file order, up to the bound (major() is one of them)
+    assert gates == [5 + 3 * i for i in range(MAX_MODULE_FUNCTIONS - 1)]
+    dense = [f for f in rep["findings"] if f["gate"]["path"] == "densepkg/dense00.py"]
+    cut = [f for f in dense if f["reason"].startswith("not followed: the call-graph search from this file's gates stopped")]
+    # f0 returns 0 when its test is true, read as a refusal that admits sm_120: no finding
+    excluding = [g["line"] for g in rep["gates"] if g["path"] == "densepkg/dense00.py" and "sm_120" not in g["admits"]]
+    assert [f["gate"]["line"] for f in dense] == excluding == gates[1:] and all(f["verdict"] == "unresolved" for f in dense)
+    # the gates judged in order, up to the budget: every one cut comes after every one followed
+    followed = [f["gate"]["line"] for f in dense if not f["reason"].startswith("not followed")]
+    assert 0 < len(cut) < len(dense) and max(followed) < min(f["gate"]["line"] for f in cut)
+    assert sorted((d["kind"], d["message"]) for d in rep["diagnostics"] if d["path"] == "densepkg/dense00.py") == [
+        ("analysis-budget", f"gate evaluation stopped at this module's budget of {MAX_MODULE_FUNCTIONS:,} functions; "
+                            f"{4001 - MAX_MODULE_FUNCTIONS} more functions that may hold gates not evaluated (their gates "
+                            f"are missing)"),
+        ("analysis-budget", f"the call-graph search from this file's gates stopped at its budget of "
+                            f"{JUDGE_WORK_BUDGET:,} steps; {len(cut)} gates not followed (unresolved)")]
+    beside_is_judged(rep)
+
+
+def test_wheel_of_40_modules_of_64683_gate_functions(tmp_path):
+    """Issue 29's gate-dense wheel: 40 modules of 3.6 MB, each defining 64,683 gate functions
+    (past 280 s of CPU with -t sm_120 before). Each is more than MAX_PYTHON_DEFS: too-large,
+    skipped before it is parsed; the gate beside them is judged."""
+    from archaudit.sources import MAX_PYTHON_DEFS
+
+    whl = dense_wheel(tmp_path / "densepkg-1.0-py3-none-any.whl", 40, 64683)
+    _r, rep = scan_json(whl, tmp_path, "--no-cache", "-t", "sm_120")
+    assert sorted((d["path"], d["kind"], d["message"]) for d in rep["diagnostics"]) == [
+        (f"densepkg/dense{m:02d}.py", "too-large", f"more than {MAX_PYTHON_DEFS} function definitions; skipped")
+        for m in range(40)]
+    assert [(g["path"], g["line"]) for g in rep["gates"]] == [("densepkg/gate.py", 5)]
+    beside_is_judged(rep)
+
+
+def test_many_gate_dense_modules_share_the_scans_budgets(tmp_path, monkeypatch):
+    """Modules of gate functions, each under MAX_PYTHON_DEFS and many of them: gate evaluation
+    takes MAX_MODULE_FUNCTIONS from each module until the scan's MAX_SCAN_FUNCTIONS is spent (the
+    functions after it are not evaluated, each module saying how many); the call-graph search
+    takes the files' gates in turn until JUDGE_TOTAL_BUDGET is spent, so the gate beside them,
+    whose file sorts last, is still judged. Nothing cut is dropped: each gate found is a finding,
+    those not followed unresolved with the reason, each file or module cut has its diagnostic.
+    The bounds are made small here (in process) so that each is reached by a small wheel."""
+    from click.testing import CliRunner
+
+    import archaudit.judge as judge
+    import archaudit.python.gates as pgates
+    from archaudit.cli import main
+
+    per_module, per_scan, search = 60, 500, 20_000
+    monkeypatch.setattr(pgates, "MAX_MODULE_FUNCTIONS", per_module)
+    monkeypatch.setattr(pgates, "MAX_SCAN_FUNCTIONS", per_scan)
+    monkeypatch.setattr(judge, "JUDGE_TOTAL_BUDGET", search)
+    whl = dense_wheel(tmp_path / "densepkg-1.0-py3-none-any.whl", 12, 100)
+    r = CliRunner().invoke(main, ["scan", str(whl), "--no-cache", "-t", "sm_120", "--format", "json", "-q"])
+    assert r.exit_code == 0, r.output
+    rep = json.loads(r.output)
+    count = {m: sum(1 for g in rep["gates"] if g["path"] == f"densepkg/dense{m:02d}.py") for m in range(12)}
+    # round 1 evaluates gate.py's pick and each module's major (13), round 2 the modules in order
+    first = per_scan - 13
+    full, part = first // (per_module - 1), first % (per_module - 1)
+    assert [count[m] for m in range(12)] == [per_module - 1] * full + [part] + [0] * (11 - full)
+    msgs: dict[str, list] = {}
+    for d in rep["diagnostics"]:
+        msgs.setdefault(d["path"], []).append((d["kind"], d["message"]))
+    total = f"the call-graph search of this scan stopped at its total budget of {search:,} steps"
+    cut = [f for f in rep["findings"] if f["reason"] == f"not followed: {total}"]
+    for m in range(12):
+        path = f"densepkg/dense{m:02d}.py"
+        want = []
+        if m < full:
+            want.append(("analysis-budget", f"gate evaluation stopped at this module's budget of {per_module:,} "
+                                            f"functions; {101 - per_module} more functions that may hold gates not "
+                                            f"evaluated (their gates are missing)"))
+        else:
+            want.append(("analysis-budget", f"gate evaluation of this scan stopped at its budget of {per_scan:,} "
+                                            f"functions; {100 - count[m]} functions that may hold gates not "
+                                            f"evaluated (their gates are missing)"))
+        n = sum(1 for f in cut if f["gate"]["path"] == path)
+        if n:
+            want.append(("analysis-budget", f"{total}; {n} gates of this file not followed (unresolved)"))
+        assert msgs.get(path) == want, path
+    # the files' gates were followed in turn: each file with gates had some followed
+    followed = {f["gate"]["path"] for f in rep["findings"] if not f["reason"].startswith("not followed")}
+    assert followed == {f"densepkg/dense{m:02d}.py" for m in range(full + 1)} | {"densepkg/gate.py"}
+    assert cut and all(f["verdict"] == "unresolved" for f in cut)
+    # every gate found that excludes the target has its finding: none dropped
+    assert len(rep["findings"]) == sum(1 for g in rep["gates"] if "sm_120" not in g["admits"])
+    beside_is_judged(rep)
+    assert "densepkg/gate.py" not in msgs
+
+
+def test_gate_dense_modules_under_every_bound(tmp_path):
+    """The costliest shape under the default bounds: 40 modules of 4,000 gate functions (each
+    just under MAX_PYTHON_DEFS). Gate evaluation spends MAX_SCAN_FUNCTIONS and the search
+    JUDGE_TOTAL_BUDGET; the scan ends within the cost of a real one (the pinned pair: 97 s, 1.8
+    GB), with the gate beside them judged."""
+    whl = dense_wheel(tmp_path / "densepkg-1.0-py3-none-any.whl", 40, 4000)
+    _r, rep = scan_json(whl, tmp_path, "--no-cache", "-t", "sm_120", time_s=30, rss_mb=1500)
+    assert {d["kind"] for d in rep["diagnostics"]} == {"analysis-budget"}
+    beside_is_judged(rep)

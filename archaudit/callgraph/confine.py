@@ -82,6 +82,7 @@ class Confiner:
         self.scanned = scanned_packages
         self._fn_ok: dict[str, str] = {}  # function -> "" or why it stops a proof
         self._pending: list[str] = []  # stops found while collecting, said after the search
+        self._allowed: dict[str, list[tuple[int, int]]] = {}  # module -> spans where naming is not a use
 
     def check(self, site) -> Confinement:
         ctx = self.b.locate(site)
@@ -223,11 +224,19 @@ class Confiner:
             mod = self.r.module(m)
             if mod is None:
                 raise _Stop(f"{path}: names {ctx.qualname} and could not be read")
-            allowed = [(s.sb, s.eb) for s in iter_stmts(mod.parsed.body, into_defs=True)
-                       if s.k in ("import", "importfrom") or (s.k == "assign" and any(
-                           t.k == "name" and t.f["id"] == "__all__" for t in s.f["targets"]))
-                       or (s.k == "expr" and s.f["value"].k == "const" and isinstance(s.f["value"].f["value"], str))]
+            allowed = self._allowed.get(m)
+            if allowed is None:
+                # every statement of the module, once per module (charged to the search's budget)
+                self.g.check_budget()
+                stmts = list(iter_stmts(mod.parsed.body, into_defs=True))
+                self.g.work += len(stmts)
+                allowed = self._allowed[m] = [
+                    (s.sb, s.eb) for s in stmts
+                    if s.k in ("import", "importfrom") or (s.k == "assign" and any(
+                        t.k == "name" and t.f["id"] == "__all__" for t in s.f["targets"]))
+                    or (s.k == "expr" and s.f["value"].k == "const" and isinstance(s.f["value"].f["value"], str))]
             for x in pat.finditer(data):
+                self.g.work += 1
                 line = data.count(b"\n", 0, x.start()) + 1
                 if (path, line) in lines or defn.search(data[max(0, x.start() - 16):x.start()]):
                     continue

@@ -39,6 +39,12 @@ def jit_node(key: str) -> str:
     return f"<jit:{key}>"
 
 
+class SearchBudgetExceeded(Exception):
+    """CallGraph.work passed CallGraph.limit: the search asked of the graph stops where it is. Raised
+    before a node is expanded or a callee's call sites are searched, never halfway through one, so
+    what the graph has stored stays complete for the searches after it."""
+
+
 @dataclass(frozen=True)
 class Call:
     """One resolved call site: caller node -> callee node."""
@@ -72,6 +78,12 @@ class CallGraph:
         # steps taken: statements expanded and definitions searched for call sites (a count, the
         # same on every run, that the judge's per-module budget reads)
         self.work = 0
+        # when set: the work after which expand() and callers() raise SearchBudgetExceeded
+        self.limit: int | None = None
+
+    def check_budget(self) -> None:
+        if self.limit is not None and self.work > self.limit:
+            raise SearchBudgetExceeded
 
     # ------------------------------------------------------------------ nodes
     def _node(self, name: str, kind: str, path: str | None = None, line: int | None = None) -> None:
@@ -91,6 +103,7 @@ class CallGraph:
         """Out-edges of a module, class or function node (computed once)."""
         if qualname in self._calls:
             return self._calls[qualname]
+        self.check_budget()
         self._calls[qualname] = []
         ctx = self.r.ctx(qualname)
         if ctx is None:
@@ -295,33 +308,42 @@ class CallGraph:
         parts = qualname.split(".")
         short = parts[-2] if parts[-1] == "__init__" and len(parts) > 1 else parts[-1]
         if qualname not in self._callers_done:
+            self.check_budget()
             self._callers_done.add(qualname)
-            cands = self.modules_naming(short)
-            if len(cands) > MAX_CALLER_MODULES:
-                # a name this common would pull in a large part of the scan: say so, do not guess
-                self.skipped_callers[qualname] = len(cands)
-                cands = []
-            pat = word_pattern(short.encode())
-            for m in cands:
-                data = self.index.source_bytes(m)
-                # the name's positions once per module, then each class/function that spans one;
-                # an attribute of a package outside the scan (`prims.load_ext` after `from
-                # cutlass.experimental import primitives as prims`) cannot call the scan's function
-                hits = [x.start() for x in pat.finditer(data) if not self._outside.outside_attribute(m, data, x.start())]
-                if not hits:
-                    continue
-                mod = self.r.module(m)
-                if mod is None:
-                    continue
-                self.expand(m)
-                self.work += len(mod.classes) + len(mod.functions)
-                for q, node in list(mod.classes.items()) + list(mod.all_functions()):
-                    i = bisect.bisect_left(hits, node.sb)
-                    if i < len(hits) and hits[i] < node.eb:
-                        self.expand(f"{m}.{q}")
+            try:
+                self._search_callers(qualname, short)
+            except SearchBudgetExceeded:
+                self._callers_done.discard(qualname)  # searched again in full when asked again
+                raise
         if qualname in self.skipped_callers and self.skip_log is not None:
             self.skip_log.add(qualname)  # every time, not only the first: reasons must not depend on order
         return sorted(self._by_callee.get(qualname, ()), key=lambda c: (c.path, c.line, c.col))
+
+    def _search_callers(self, qualname: str, short: str) -> None:
+        """Expand every definition that may call `qualname` (whose span names `short`)."""
+        cands = self.modules_naming(short)
+        if len(cands) > MAX_CALLER_MODULES:
+            # a name this common would pull in a large part of the scan: say so, do not guess
+            self.skipped_callers[qualname] = len(cands)
+            cands = []
+        pat = word_pattern(short.encode())
+        for m in cands:
+            data = self.index.source_bytes(m)
+            # the name's positions once per module, then each class/function that spans one;
+            # an attribute of a package outside the scan (`prims.load_ext` after `from
+            # cutlass.experimental import primitives as prims`) cannot call the scan's function
+            hits = [x.start() for x in pat.finditer(data) if not self._outside.outside_attribute(m, data, x.start())]
+            if not hits:
+                continue
+            mod = self.r.module(m)
+            if mod is None:
+                continue
+            self.expand(m)
+            self.work += len(mod.classes) + len(mod.functions)
+            for q, node in list(mod.classes.items()) + list(mod.all_functions()):
+                i = bisect.bisect_left(hits, node.sb)
+                if i < len(hits) and hits[i] < node.eb:
+                    self.expand(f"{m}.{q}")
 
     def build_all(self, progress=None) -> None:
         mods = sorted(self.index.path_of)

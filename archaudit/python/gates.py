@@ -23,7 +23,7 @@ from bisect import bisect_left
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from ..model import Gate, internal_error
+from ..model import Diagnostic, Gate, internal_error
 from ..ruledata import load_rule
 from ..scancache import split_trailer
 from ..sources import Source
@@ -35,6 +35,14 @@ from .pybytes import (IDENT, SPACE, WORD_BYTE, ExternalRoots, ident_at, module_i
 
 # Bytes that can start an architecture test in Python source. Deliberately not `sm90` alone:
 # flashinfer names hundreds of kernels *_sm90_*, and a name is not a test.
+# Functions whose gates one module may have evaluated (every round together): the most in
+# flashinfer 0.7.2 + sglang 0.5.23 is 76 (flashinfer/fused_moe/runners.py). A module past it has
+# its other functions not evaluated, with one analysis-budget diagnostic.
+MAX_MODULE_FUNCTIONS = 1_000
+# The same for the whole scan (that pair: 5,268), so that many modules each under their own
+# bound still end; the modules after it is spent are not evaluated (and not parsed for it).
+MAX_SCAN_FUNCTIONS = 25_000
+
 TRIGGER_ALTERNATIVES = (
     rb"is_sm\d", rb"has_sm\d", b"device_capability", b"compute_capability", b"cuda_capability", b"get_device_sm",
     b"sm_version", b"supported_major_versions", b"gencode", b"arch=compute", b"CUDA_ARCH_LIST",
@@ -306,6 +314,10 @@ def find_python_gates(source: Source, index: Index, reg: Registry, package_of, p
         and then evicted: its spans are known."""
         return m in index._mods or m not in index._was_full
 
+    evaluated_in: dict[str, int] = {}  # module -> functions evaluated (MAX_MODULE_FUNCTIONS)
+    evaluated_total = [0]  # MAX_SCAN_FUNCTIONS
+    cut_in_module: dict[str, set] = {}  # module -> functions not evaluated: its own bound
+    cut_by_scan: dict[str, set] = {}  # module -> functions not evaluated: the scan's bound
     names_b: set[bytes] = set()
     # name -> the modules that define a function or global of that name found to depend on the GPU
     homes: dict[bytes, set[str]] = {}
@@ -333,6 +345,11 @@ def find_python_gates(source: Source, index: Index, reg: Registry, package_of, p
             for k, modname in enumerate(order):
                 if progress and k % 50 == 0:
                     progress(f"gate round {scan.rounds}: modules searched ({index.parsed_count} parsed)", k, len(order))
+                if evaluated_total[0] >= MAX_SCAN_FUNCTIONS and modname not in index._loaded:
+                    # the scan's bound is spent: a module never parsed is not parsed now to list
+                    # what would not be evaluated
+                    cut_by_scan.setdefault(modname, set())
+                    continue
                 mod = index.module(modname) if needs_parse(modname) else True
                 if mod is None:
                     continue
@@ -354,10 +371,19 @@ def find_python_gates(source: Source, index: Index, reg: Registry, package_of, p
                         yield modname, qual
 
         for modname, qual in round_todo():
+            if qual is not None and (evaluated_in.get(modname, 0) >= MAX_MODULE_FUNCTIONS
+                                     or evaluated_total[0] >= MAX_SCAN_FUNCTIONS):
+                reported.add((modname, qual))  # not asked again in a later round
+                (cut_in_module if evaluated_in.get(modname, 0) >= MAX_MODULE_FUNCTIONS
+                 else cut_by_scan).setdefault(modname, set()).add(qual)
+                continue
             mod = index.module(modname)
             if mod is None:
                 continue
             reported.add((modname, qual))
+            if qual is not None:
+                evaluated_in[modname] = evaluated_in.get(modname, 0) + 1
+                evaluated_total[0] += 1
             try:
                 if qual is None:
                     interp.report_module(modname)
@@ -387,6 +413,17 @@ def find_python_gates(source: Source, index: Index, reg: Registry, package_of, p
     scan.predicates = sorted(interp.arch_functions)
     scan.names = frozenset(names)
     scan.over_budget = sorted(set(interp.budget_exceeded), key=_owner_key)
+    for m, quals in sorted(cut_in_module.items()):
+        index.diagnostics.append(Diagnostic(
+            index.path_of.get(m, m), "analysis-budget",
+            f"gate evaluation stopped at this module's budget of {MAX_MODULE_FUNCTIONS:,} functions; "
+            f"{len(quals)} more functions that may hold gates not evaluated (their gates are missing)"))
+    for m, quals in sorted(cut_by_scan.items()):
+        more = f"{len(quals)} functions that may hold gates" if quals else "its functions"
+        index.diagnostics.append(Diagnostic(
+            index.path_of.get(m, m), "analysis-budget",
+            f"gate evaluation of this scan stopped at its budget of {MAX_SCAN_FUNCTIONS:,} functions; "
+            f"{more} not evaluated (their gates are missing)"))
     scan.gates = _to_gates(interp.gates, package_of)
     index.on_evict.remove(interp.forget_module)  # nothing else keeps the interpreter's values
     return scan

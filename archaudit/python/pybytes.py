@@ -23,6 +23,22 @@ def more_tokens_than(data: bytes, limit: int) -> bool:
     return False
 
 
+# a line that starts a function definition (inside a string too: an upper bound of the count)
+_DEF_LINE = re.compile(rb"^[ \t]*(?:async[ \t]+)?def[ \t]", re.M)
+_SHORTEST_DEF = len(b"def f():0\n")
+
+
+def more_defs_than(data: bytes, limit: int) -> bool:
+    """Does data hold more than `limit` lines that start a `def`? Stops counting at limit + 1;
+    a file too short to hold that many is not counted at all."""
+    if len(data) <= limit * _SHORTEST_DEF:
+        return False
+    for n, _ in enumerate(_DEF_LINE.finditer(data), 1):
+        if n > limit:
+            return True
+    return False
+
+
 # bytes that continue an identifier (IDENT's second class) and digits, as lookup tables
 WORD_BYTE = bytes(1 if chr(b).isascii() and (chr(b).isalnum() or chr(b) == "_") else 0 for b in range(256))
 DIGIT_BYTE = bytes(1 if 48 <= b <= 57 else 0 for b in range(256))
