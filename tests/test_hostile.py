@@ -498,3 +498,87 @@ def test_real_tus_stay_well_inside_the_preprocessing_budgets(sp072, reg, monkeyp
         assert preproc.MAX_TU_WORK - pp._tu_left < preproc.MAX_TU_WORK // 3, rel
         assert len(pr.files) > 700
     assert max(spent_by_condition) < preproc.MAX_EXPANSION_WORK // 10
+
+
+# --- fresh cases of issue 29's last round: Python, preprocessor ------------------------------------
+
+def _class_chain(root: Path, n: int, method: str, diamonds: bool = False) -> None:
+    """C0 defines `method` (a capability test); n classes inherit it one from the other (or
+    through diamonds: each level two classes on the same pair below); Leaf.run tests it."""
+    lines = ["import torch", "", "class C0:", f"    def {method}(self):",
+             "        return torch.cuda.get_device_capability()[0] == 9", ""]
+    for i in range(1, n):
+        if diamonds:
+            lines += [f"class L{i}(C{i - 1}):", "    pass", "", f"class R{i}(C{i - 1}):", "    pass", "",
+                      f"class C{i}(L{i}, R{i}):", "    pass", ""]
+        else:
+            lines += [f"class C{i}(C{i - 1}):", "    pass", ""]
+    lines += [f"class Leaf(C{n - 1}):", "    def run(self):", f"        if self.{method}():", "            return 1",
+              "        return 0", ""]
+    pkg = root / "cpkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "deep.py").write_text("\n".join(lines))
+    (pkg / "gate.py").write_text(GATE_PY)
+
+
+def test_gate_through_15_base_classes_is_found(tmp_path):
+    # the evaluation followed 10 levels of bases: a method 15 classes up was not found, and the
+    # gate testing it was lost without a word
+    _class_chain(tmp_path, 15, "check")
+    doc = scan_json(tmp_path)
+    assert [(g["path"], g["line"], g["resolution"]) for g in doc["gates"]] == [
+        ("cpkg/deep.py", 51, "inferred: cpkg.deep.C0.check"),
+        ("cpkg/gate.py", 5, "evaluated: capability-source torch.cuda.get_device_capability")]
+    assert doc["diagnostics"] == []
+
+
+def test_gate_past_the_base_class_bound_is_said_missing(tmp_path):
+    from archaudit.python.interp import MAX_MRO_DEPTH
+
+    n = MAX_MRO_DEPTH + 6
+    _class_chain(tmp_path, n, "check")
+    doc = scan_json(tmp_path)
+    assert [(g["path"], g["line"]) for g in doc["gates"]] == [("cpkg/gate.py", 5)]
+    assert [(d["path"], d["kind"], d["line"], d["message"]) for d in doc["diagnostics"]] == [
+        ("cpkg/deep.py", "analysis-budget", 3 * n + 4,
+         f"class Leaf: bases more than {MAX_MRO_DEPTH} levels up are not followed; a gate reading a member defined "
+         f"there is missing")]
+
+
+@pytest.mark.parametrize("shape", ["chain", "diamonds"])
+def test_deep_class_hierarchy_is_bounded(tmp_path, shape):
+    # 3,000 classes in a chain took 25 s of CPU (the call graph's MRO: a list membership test per
+    # class per level, O(n^3)); 80 levels of diamonds have 2^80 paths, each class is listed once; a member past
+    # the bound is unresolved ("depth-limit"), the gate by its name rule still found
+    from archaudit.callgraph.resolve import MAX_MRO_CLASSES
+
+    n = 3000 if shape == "chain" else 80
+    _class_chain(tmp_path, n, "is_hopper", diamonds=shape == "diamonds")
+    code, out, err, seconds, rss = run_bounded("scan", str(tmp_path), "-t", "sm_120", "--format", "json", "-q",
+                                               "--no-cache")
+    assert code == 0, err
+    bounded(seconds, rss)
+    doc = json.loads(out)
+    leaf = 6 + (3 if shape == "chain" else 9) * (n - 1) + 3
+    got = {(f["gate"]["path"], f["gate"]["line"]): f for f in doc["findings"]}
+    assert sorted(got) == [("cpkg/deep.py", leaf), ("cpkg/gate.py", 5)]
+    assert next(g for g in doc["gates"] if g["path"] == "cpkg/deep.py")["resolution"].startswith("name-rule")
+    if shape == "chain":
+        assert (f"a call archaudit could not resolve (depth-limit: cpkg.deep.Leaf: is_hopper not found in its first "
+                f"{MAX_MRO_CLASSES} base classes, the others not followed)") in got[("cpkg/deep.py", leaf)]["reason"]
+
+
+@pytest.mark.parametrize("directive", ["#if __LINE__ == 1", "#line 900\n#if __LINE__ == 900"])
+def test_line_macro_in_a_condition_is_not_an_undefined_name(tmp_path, directive):
+    # __LINE__ read as an undefined name (0): the wgmma line looked excluded and the file was
+    # said to build on sm_120, where nvcc compiles it and fails
+    f = tmp_path / "k.cu"
+    f.write_text(f"{directive}\n{WGMMA}#endif\n")
+    code, d = cuda(f)
+    line = directive.count("\n") + 2
+    assert (code, d["prediction"], d["diagnostics"]) == (1, "unknown", [])
+    assert d["reason"] == f"ptx.wgmma at k.cu:{line} is under a condition that could not be decided"
+    f.write_text(f"#ifdef __LINE__\n{WGMMA}#endif\n")  # defined, as in every C preprocessor
+    code, d = cuda(f)
+    assert (code, d["prediction"]) == (1, "fails")

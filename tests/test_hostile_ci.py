@@ -694,3 +694,48 @@ def test_gate_dense_modules_under_every_bound(tmp_path):
     _r, rep = scan_json(whl, tmp_path, "--no-cache", "-t", "sm_120", time_s=30, rss_mb=1500)
     assert {d["kind"] for d in rep["diagnostics"]} == {"analysis-budget"}
     beside_is_judged(rep)
+
+
+# --- fresh case (wheel): entries whose headers lie about how to read them --------------------------
+
+def _patch_entry(data: bytearray, name: bytes, how: str) -> None:
+    """Rewrite `name`'s local header and central directory record: compression method 9
+    (Deflate64, which zipfile cannot read), the encryption flag, or (local header only) another name."""
+    for sig, name_len_at, head in ((b"PK\x03\x04", 26, 30), (b"PK\x01\x02", 28, 46)):
+        pos = data.find(sig)
+        while pos >= 0:
+            n = struct.unpack_from("<H", data, pos + name_len_at)[0]
+            if bytes(data[pos + head:pos + head + n]) == name:
+                local = sig == b"PK\x03\x04"
+                if how == "deflate64":
+                    struct.pack_into("<H", data, pos + (8 if local else 10), 9)
+                elif how == "encrypted":
+                    flags = pos + (6 if local else 8)
+                    struct.pack_into("<H", data, flags, struct.unpack_from("<H", data, flags)[0] | 1)
+                elif local:
+                    data[pos + head:pos + head + n] = name.replace(b"odd", b"evl")
+            pos = data.find(sig, pos + 4)
+
+
+@pytest.mark.parametrize("how, why", [
+    ("deflate64", "compression method 9 is not supported"),
+    ("encrypted", "encrypted or patch data"),
+    ("renamed", "its local header names another file"),
+])
+def test_wheel_entry_whose_headers_lie(tmp_path, how, why):
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("wpkg/__init__.py", "")
+        z.writestr("wpkg/gate.py", GATE)
+        z.writestr("wpkg/odd.py", GATE)
+        z.writestr("wpkg-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: wpkg\nVersion: 1.0\n\n")
+        z.writestr("wpkg-1.0.dist-info/RECORD", "")
+    data = bytearray(buf.getvalue())
+    _patch_entry(data, b"wpkg/odd.py", how)
+    whl = tmp_path / "wpkg-1.0-py3-none-any.whl"
+    whl.write_bytes(bytes(data))
+    _r, rep = scan_json(whl, tmp_path, "--no-cache", "-t", "sm_120")
+    assert [(d["path"], d["kind"], d["message"]) for d in rep["diagnostics"]] == [
+        ("wpkg/odd.py", "corrupt-member", f"cannot read wheel entry: {why}")]
+    assert gate_places(rep) == {("wpkg/gate.py", 5)}
+    assert [(f["gate"]["path"], f["verdict"]) for f in rep["findings"]] == [("wpkg/gate.py", "unresolved")]

@@ -19,6 +19,10 @@ from .rules import JitRules, SinkRule, jit_rules
 
 BUILTINS = frozenset(n for n in dir(builtins) if not n.startswith("_")) | {"__import__", "__build_class__"}
 MAX_DEPTH = 40
+# Classes one class's MRO lists (real hierarchies: a few tens); past it the lookup of a member not
+# found in those is unresolved ("depth-limit"), never a missing attribute or an external one
+MAX_MRO_CLASSES = 200
+_MRO_CUT = "cut:"
 # a re-export hop (`from .a import X` in package after package, star imports) costs a tenth of a
 # level: chains of up to 400 modules resolve, deeper ones end in depth-limit
 IMPORT_HOP = 0.1
@@ -594,12 +598,18 @@ class Resolver:
         return refs
 
     # ------------------------------------------------------------------ classes
-    def mro(self, cls: str) -> tuple:
-        """Class qualnames (scanned) and external base names, nearest first (depth-first, left to right)."""
+    def mro(self, cls: str, _depth: int = 0) -> tuple:
+        """Class qualnames (scanned) and external base names, nearest first (depth-first, left to
+        right); at most MAX_MRO_CLASSES of them, then _MRO_CUT when bases were left out (or a
+        chain of bases more than MAX_MRO_CLASSES deep from the class first asked about). Each
+        class's list is made once: a hierarchy of diamonds costs its classes, not its paths."""
         if cls in self._mro:
             return self._mro[cls]
+        if _depth > MAX_MRO_CLASSES:
+            return (cls, _MRO_CUT)
         self._mro[cls] = (cls,)
         out = [cls]
+        seen = {cls}
         c = self.ctx(cls)
         # a name bound to a class and later to a function (a decorator replacing it) has no bases
         if c is not None and c.node is not None and c.node.k == "class":
@@ -607,13 +617,20 @@ class Resolver:
             for b in c.node.f["bases"]:
                 for r in self.eval(outer, b, 1):
                     if r.kind == "class":
-                        for x in self.mro(r.target):
-                            if x not in out:
+                        for x in self.mro(r.target, _depth + 1):
+                            if x not in seen:
+                                seen.add(x)
                                 out.append(x)
                     elif r.kind == "external":
                         ext = "ext:" + r.target
-                        if ext not in out:
+                        if ext not in seen:
+                            seen.add(ext)
                             out.append(ext)
+        if _MRO_CUT in seen:  # a base's list was cut: what would follow it is not known
+            out = out[:out.index(_MRO_CUT) + 1]
+        if len(out) > MAX_MRO_CLASSES + 1:
+            out = out[:MAX_MRO_CLASSES] + [_MRO_CUT]
+            seen.add(_MRO_CUT)
         self._mro[cls] = tuple(out)
         return self._mro[cls]
 
@@ -652,6 +669,9 @@ class Resolver:
     def class_member(self, cls: str, attr: str, depth: int, on_instance: bool) -> tuple:
         for i, c in enumerate(self.mro(cls)):
             inh = ("inheritance",) if i > 0 else ()
+            if c == _MRO_CUT:
+                return (unres("depth-limit", f"{cls}: {attr} not found in its first {MAX_MRO_CLASSES} base classes, "
+                                             f"the others not followed"),)
             if c.startswith("ext:"):
                 return (Ref("external", f"{c[4:]}.{attr}", inh),)
             mem = self.members(c)
@@ -698,6 +718,10 @@ class Resolver:
             elif k == "super":
                 m = self.mro(r.target)
                 for c in m[1:]:
+                    if c == _MRO_CUT:
+                        out.append(unres("depth-limit", f"{attr} not found in the first {MAX_MRO_CLASSES} bases of "
+                                                        f"{r.target}, the others not followed"))
+                        break
                     if c.startswith("ext:"):
                         out.append(Ref("external", f"{c[4:]}.{attr}", ("inheritance",)))
                         break

@@ -662,6 +662,16 @@ HOST_ENV_DEFINED: dict[str, int | None] = {
     "__amd64__": 1,
     "__GXX_ABI_VERSION": None,
     "__COUNTER__": None,
+    # defined by every C preprocessor, with a value that depends on where it is read (`#line`
+    # changes __LINE__): unknown here, never the 0 of an undefined name
+    "__LINE__": None,
+    "__FILE__": None,
+    "__BASE_FILE__": None,
+    "__FILE_NAME__": None,
+    "__INCLUDE_LEVEL__": None,
+    "__DATE__": None,
+    "__TIME__": None,
+    "__TIMESTAMP__": None,
     "__GLIBCXX__": None,  # libstdc++ is gcc's library; its date stamp is unknown
     "_GLIBCXX_RELEASE": 11,
     # C++17 core feature-test macros (g++ -std=c++17); later ones are undefined (CPP_FEATURES)

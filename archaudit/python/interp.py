@@ -52,6 +52,9 @@ MAX_DEPTH = 14
 # analysis-budget diagnostic naming the chain (about 4 Python frames a hop: well inside the
 # recursion limit). A cycle of imports is cut where it closes (Python could not import it).
 MAX_IMPORT_HOPS = 400
+# Levels of base classes a member is looked up through (real hierarchies: under 10); a member
+# not found within them gives an analysis-budget diagnostic on the class
+MAX_MRO_DEPTH = 64
 # Expressions evaluated for one reported function (callees included); beyond it the function's
 # report stops with a diagnostic. Bounds the time any one function can take.
 STEP_BUDGET = 60_000
@@ -251,6 +254,7 @@ class Interp:
         # (path, line) of the dynamic-lookup diagnostics given, and the lookups by unread strings
         # met in the reported function, waiting for a test that reads them (see _unread_lookup)
         self._dyn_reported: set[tuple[str, int]] = set()
+        self._deep_classes: set[tuple[str, str]] = set()  # classes given the MAX_MRO_DEPTH diagnostic
         self._dyn_pending: list[tuple[N, Frame]] = []
         self._reported_owners: set = set()
         # functions whose result depends on the GPU: full name -> module
@@ -550,25 +554,52 @@ class Interp:
         node = mod.classes.get(c.qual)
         return (mod, node) if node is not None else None
 
-    def mro(self, c: ClassRef, depth: int = 0) -> list[ClassRef]:
+    def mro(self, c: ClassRef) -> list[ClassRef]:
+        return self._mro(c, 0, {})[0]
+
+    def _mro(self, c: ClassRef, depth: int, memo: dict) -> tuple[list[ClassRef], bool]:
+        """The classes a member is looked up in, and whether bases were left out (more than
+        MAX_MRO_DEPTH levels of them). memo: each class's answer within one lookup, so that a
+        hierarchy of diamonds costs its classes, not its paths."""
+        got = memo.get(c)
+        if got is not None:
+            return got
         out = [c]
-        if depth > 10:
-            return out
+        if depth > MAX_MRO_DEPTH:
+            return out, True
+        memo[c] = (out, False)  # a cycle of bases stops here
         cn = self.class_node(c)
         if cn is None:
-            return out
+            return out, False
         mod, node = cn
         frame = Frame(mod, {}, self.ALL, mod.name, None, report=False, is_module=True)
+        have, cut = {c}, False
         for b in node.f["bases"]:
             bv = self.eval(b, frame).single()
-            if isinstance(bv, ClassRef) and bv not in out:
-                for x in self.mro(bv, depth + 1):
-                    if x not in out:
+            if isinstance(bv, ClassRef) and bv not in have:
+                more, cut_here = self._mro(bv, depth + 1, memo)
+                cut = cut or cut_here
+                for x in more:
+                    if x not in have:
+                        have.add(x)
                         out.append(x)
-        return out
+        memo[c] = (out, cut)
+        return out, cut
 
     def class_member(self, c: ClassRef, name: str) -> tuple[Any, N | None, ClassRef] | None:
         """(value-or-FuncRef, def node, owner class) for a class attribute, searching the MRO."""
+        found = self._class_member(c, name)
+        if found is None and self._mro(c, 0, {})[1]:
+            # the member may be defined in a base past the bound: a gate reading it is missing
+            cn = self.class_node(c)
+            if cn is not None and (c.module, c.qual) not in self._deep_classes:
+                self._deep_classes.add((c.module, c.qual))
+                self.index.diagnostics.append(Diagnostic(
+                    cn[0].path, "analysis-budget", f"class {c.qual}: bases more than {MAX_MRO_DEPTH} levels up are "
+                    f"not followed; a gate reading a member defined there is missing", line=cn[1].line))
+        return found
+
+    def _class_member(self, c: ClassRef, name: str) -> tuple[Any, N | None, ClassRef] | None:
         for k in self.mro(c):
             cn = self.class_node(k)
             if cn is None:
