@@ -85,7 +85,7 @@ def scan(path, targets, fmt, output, quiet, verdicts, packages, include, exclude
     counted by reason; --verdict, --all and --format json give the findings one by one."""
     import sys
 
-    from .cli_common import scan_with_progress
+    from .cli_common import scan_with_progress, write_file
     from .filters import scope_result, verdict_result
     from .targets import registry
 
@@ -129,8 +129,7 @@ def scan(path, targets, fmt, output, quiet, verdicts, packages, include, exclude
             render_table(result, reg, Console(highlight=False, emoji=False), view)
             text = None
     if text is not None and output:
-        with open(output, "w", encoding="utf-8") as f:
-            f.write(text)
+        write_file(output, text)
     elif text is not None:
         click.echo(text, nl=False)
     ci.finish()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from .cli_common import check_output
+from .cli_common import check_output, write_file
 from .report.shown import shown
 
 DEFAULT_BASELINE = ".archaudit-baseline.json"
@@ -191,14 +191,14 @@ def write_sarif(log, output) -> list[str]:
             parts = [(out.with_name(f"{out.stem}.{t}{out.suffix or '.sarif'}"), one) for t, one in split_by_run(log)]
             click.echo(f"archaudit: SARIF over 10 MB gzipped; split by target into {len(parts)} files", err=True)
         else:
-            out.write_text(text, encoding="utf-8")
+            write_file(out, text)
             return [str(out)]
     written = []
     for p, one in parts:
         text = dumps(one)
         if len(gzip.compress(text.encode(), mtime=0)) > GITHUB_GZIP_LIMIT:
             click.echo(f"archaudit: warning: {p} is over 10 MB gzipped; GitHub will reject it", err=True)
-        p.write_text(text, encoding="utf-8")
+        write_file(p, text)
         written.append(str(p))
     return written
 
@@ -250,8 +250,7 @@ def register(main) -> None:
         result = _scan(path, reqs, quiet, cache=not no_cache)
         items = _items(result)
         text = dump_baseline(items, [t.gpu.name for t in reqs])
-        with open(output, "w", encoding="utf-8") as f:
-            f.write(text)
+        write_file(output, text)
         n = sum(1 for r in items if r.suppressed is None)
         click.echo(f"archaudit: wrote {n} finding(s) for {', '.join(t.gpu.name for t in reqs)} to {output}", err=True)
 
@@ -294,8 +293,7 @@ def register(main) -> None:
         else:
             text = d.render_text(res, reg)
         if output:
-            with open(output, "w", encoding="utf-8") as f:
-                f.write(text)
+            write_file(output, text)
         else:
             click.echo(text, nl=False)
         failing = res.changes if fail_on == "any" else [c for c in res.changes if c.regressions()] if fail_on == "regression" else []

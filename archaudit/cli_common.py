@@ -43,9 +43,32 @@ def check_output(output: str | None, directory_ok: bool = False) -> None:
         raise click.BadParameter(f"{output}: not writable", param_hint="--output")
 
 
+def write_file(path, text: str) -> None:
+    """Write a report file as a new file renamed onto `path`: a symlink committed at that path
+    (a pull request's `archaudit-sarif/archaudit-sm_120.sarif -> ~/.bashrc`) is replaced, never
+    written through, and a FIFO there cannot block the run. Created with the usual permissions."""
+    import os
+    import tempfile
+
+    path = os.fspath(path)
+    fd, tmp = tempfile.mkstemp(prefix=".archaudit-", dir=os.path.dirname(path) or ".")
+    try:
+        mask = os.umask(0)
+        os.umask(mask)
+        os.fchmod(fd, 0o666 & ~mask)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
 def write_output(text: str, output: str | None) -> None:
     if output:
-        with open(output, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        write_file(output, text)
     else:
         click.echo(text, nl=False)

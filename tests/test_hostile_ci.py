@@ -343,6 +343,53 @@ def test_action_scan_step_imports_nothing_from_the_workspace(tmp_path, safepath)
     assert hostile == clean
 
 
+@pytest.mark.parametrize("link", ["directory", "file"])
+def test_action_sarif_output_committed_as_a_link_writes_nothing_outside(tmp_path, link):
+    """Fresh case (output): the pull request commits the SARIF directory as a link to a directory
+    outside the workspace, or the SARIF file the scan writes as a link to a file outside it (a
+    shell profile): the report is written inside the workspace and the outside is unchanged."""
+    ws = _workspace(tmp_path)
+    rc, out, clean = _run_scan_step(ws, True)
+    shutil.rmtree(ws / "archaudit-sarif")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    profile = outside / "bashrc"
+    profile.write_text("export PATH=/usr/bin\n")
+    if link == "directory":
+        (ws / "archaudit-sarif").symlink_to(outside)
+    else:
+        (ws / "archaudit-sarif").mkdir()
+        (ws / "archaudit-sarif" / "archaudit-sm_120.sarif").symlink_to(profile)
+    rc, out, data = _run_scan_step(ws, True)
+    assert (rc, out) == (0, "exit-code=1\n")
+    assert data == clean
+    assert not (ws / "archaudit-sarif").is_symlink()
+    assert not (ws / "archaudit-sarif" / "archaudit-sm_120.sarif").is_symlink()
+    assert sorted(x.name for x in outside.iterdir()) == ["bashrc"]
+    assert profile.read_text() == "export PATH=/usr/bin\n"
+
+
+def test_report_file_that_is_a_link_is_replaced_not_written_through(tmp_path):
+    # every -o: scan's JSON, baseline, patch, diff, explain go through cli_common.write_file
+    from click.testing import CliRunner
+
+    from archaudit.cli import main
+
+    target = tmp_path / "victim"
+    target.write_text("keep\n")
+    out = tmp_path / "report.json"
+    out.symlink_to(target)
+    tree = _gate_tree(tmp_path / "t")
+    for args in (["scan", str(tree), "--format", "json"], ["baseline", str(tree), "-t", "sm_120"]):
+        r = CliRunner().invoke(main, [*args, "-q", "--no-cache", "-o", str(out)])
+        assert r.exit_code == 0, r.output
+        assert target.read_text() == "keep\n" and not out.is_symlink()
+        assert json.loads(out.read_text())
+        out.unlink()
+        out.symlink_to(target)
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["report.json", "t", "victim"]  # no temporary left
+
+
 def test_action_install_step_runs_the_real_pip(tmp_path):
     """Fresh case: `python -m pip` from the workspace ran a `pip/` package of the pull request.
     The install step (given an action path that does not exist, so pip stops at once) runs pip's
