@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
+from .children import ending_with_us
 from .cuda.ruleset import (
     all_compile_targets,
     expand_supported,
@@ -65,7 +66,8 @@ class Toolchain:
         if not os.access(ptxas, os.X_OK):
             raise ToolchainMissing(f"ptxas not found next to {nvcc} nor on PATH")
         try:
-            out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60).stdout
+            out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60,
+                                 preexec_fn=ending_with_us()).stdout
         except (OSError, subprocess.SubprocessError) as e:
             raise ToolchainMissing(f"cannot run {nvcc}: {e}") from None
         m = re.search(r"\bV(\d+\.\d+\.\d+)", out)
@@ -81,7 +83,8 @@ def _gencode(target: str) -> str:
 
 def _run(cmd: list[str], cwd: str) -> subprocess.CompletedProcess:
     try:
-        return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
+        return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,
+                              preexec_fn=ending_with_us())
     except subprocess.TimeoutExpired:
         return subprocess.CompletedProcess(cmd, 124, "", f"timed out after {PROBE_TIMEOUT_S}s")
     except OSError as e:

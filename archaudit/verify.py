@@ -34,6 +34,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Callable
 
+from .children import ending_with_us
 from .cuda.preproc import _UNKNOWN_VALUE
 from .model import HARDWARE_BOUND, PARTIAL, SOFTWARE_ONLY
 
@@ -71,7 +72,8 @@ def find_tools() -> Tools:
 def nvcc_version(nvcc: str = "nvcc") -> str:
     """`release 13.0, V13.0.88`, or "" when nvcc cannot be asked."""
     try:
-        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60).stdout
+        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60,
+                                 preexec_fn=ending_with_us()).stdout
     except (OSError, subprocess.TimeoutExpired):
         return ""
     m = re.search(r"release [\d.]+, V[\d.]+", out)
@@ -113,7 +115,7 @@ def run_group(argv: list[str], timeout: float, workdir: Path) -> tuple[int | Non
             return None, ""
         try:
             p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
-                                 cwd=str(workdir), start_new_session=True)
+                                 cwd=str(workdir), start_new_session=True, preexec_fn=ending_with_us())
         except OSError as e:
             return 127, f"error: cannot run {argv[0]}: {e}"
         _RUNNING.procs.add(p)
@@ -313,7 +315,8 @@ def demangle(names: list[str]) -> dict[str, str]:
     if not tool or not names:
         return {n: n for n in names}
     try:
-        p = subprocess.run([tool], input="\n".join(names), capture_output=True, text=True, timeout=120)
+        p = subprocess.run([tool], input="\n".join(names), capture_output=True, text=True, timeout=120,
+                           preexec_fn=ending_with_us())
     except (OSError, subprocess.TimeoutExpired):
         return {n: n for n in names}
     got = p.stdout.splitlines()

@@ -405,10 +405,9 @@ def test_define_of_unknown_value_is_not_compiled(monkeypatch, reg):
                                                  "nothing to compile it with")
 
 
-def test_terminated_verify_ends_its_compiles(tmp_path):
-    """SIGTERM (as `timeout` sends) while compiles run: exit 130 and no compile process left (each
-    runs in a session of its own, so the signal does not reach it by itself)."""
-    import signal
+def _verify_with_sleeping_nvcc(tmp_path):
+    """archaudit verify on fixtures/verify with a stand-in nvcc that sleeps: the process, and a
+    function listing the stand-in's processes still alive (by a marker in their command line)."""
     import time
 
     marker = f"{os.getpid() % 1000}.{time.time_ns() % 1000}"
@@ -434,6 +433,35 @@ def test_terminated_verify_ends_its_compiles(tmp_path):
     while not sleepers() and time.monotonic() < deadline and p.poll() is None:
         time.sleep(0.2)
     assert sleepers(), "the compiles never started"
+    return p, sleepers
+
+
+def test_killed_verify_leaves_no_compile(tmp_path):
+    """Fresh case (processes): SIGKILL of verify while compiles run. Each compile runs in a session
+    of its own (so that a timeout ends nvcc's children with it), which no signal to verify's group
+    reaches: they ran on after verify was gone. The kernel now ends each when verify ends."""
+    import signal
+    import time
+
+    p, sleepers = _verify_with_sleeping_nvcc(tmp_path)
+    p.send_signal(signal.SIGKILL)
+    p.communicate(timeout=60)
+    deadline = time.monotonic() + 5
+    while sleepers() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = sleepers()
+    for pid in left:
+        os.kill(int(pid), signal.SIGKILL)
+    assert left == []
+
+
+def test_terminated_verify_ends_its_compiles(tmp_path):
+    """SIGTERM (as `timeout` sends) while compiles run: exit 130 and no compile process left (each
+    runs in a session of its own, so the signal does not reach it by itself)."""
+    import signal
+    import time
+
+    p, sleepers = _verify_with_sleeping_nvcc(tmp_path)
     p.send_signal(signal.SIGTERM)
     _out, err = p.communicate(timeout=60)
     assert p.returncode == 130
