@@ -15,14 +15,14 @@ from dataclasses import dataclass, field
 from .callgraph.behind import BehindModule
 from .callgraph.jit import JitModule
 from .judge import Behind, ModuleRef, TuCache, _module_refs, _patch_plan, classify
-from .model import (BUILD_FLAGS, NVCC_FLAGS, PARTIAL, SOFTWARE_ONLY, UNRESOLVED, Diagnostic, Finding, Gate, Link,
+from .model import (BUILD_FLAGS, HARDWARE_BOUND, NVCC_FLAGS, PARTIAL, SOFTWARE_ONLY, UNRESOLVED, Diagnostic, Finding, Gate, Link,
                     internal_error)
 from .targets import CompileTarget, Gpu, Registry, admits_of_nvcc_flags
 
 ADMITTED = "admitted"
 # a sink whose sources or flags come from parameters is judged once per chain of calls binding them,
 # at most this many chains per sink and this many callers up
-MAX_VARIANTS = 32
+MAX_VARIANTS = 64
 MAX_BINDING_DEPTH = 3
 # flag problems that leave the architectures a build targets unknown
 _ARCH_UNKNOWN = ("flags-unknown", "flags-arch")
@@ -118,22 +118,35 @@ class Inventory:
     def _variants(self, jm: JitModule) -> list[tuple[JitModule, str]]:
         """(module, generator) pairs: the module itself when its sources and flags are known in its
         own function; otherwise the module bound at each call of that function, and so on up the
-        callers (MAX_BINDING_DEPTH levels) while they stay open. The generator is the function
-        where the binding stopped."""
+        callers (MAX_BINDING_DEPTH levels) while they stay open. Sources picked by a `Literal[...]`
+        parameter are followed to the callers that narrow them (pass a constant); the function
+        stays a generator when a caller passes its own parameter on, with one module per value
+        of its Literal parameters. The generator is the function where the binding stopped."""
         jit, graph = self.analysis.jit, self.analysis.graph
         done: list[tuple[JitModule, str]] = []
         frontier: list[tuple[list, str, JitModule]] = [([], jm.function, jm)]
         for _ in range(MAX_BINDING_DEPTH):
             nxt = []
             for calls, fn, mod in frontier:
-                callers = graph.callers(fn) if _open(mod) else []
-                if not callers:
-                    done.append((mod, fn))
-                    continue
-                for c in callers[:MAX_VARIANTS]:
-                    bound = jit.module_via(jm.key, calls + [(c.path, c.line)])
-                    if bound is not None:
-                        nxt.append((calls + [(c.path, c.line)], c.caller, bound))
+                # sources picked by a `Literal[...]` parameter: a caller that passes a constant
+                # (`gen_x_module(target)` calling `gen_module("x", target)`) generates fewer of them
+                chosen = mod.source_choices > 1 and bool(jit.literal_params(graph.r.ctx(fn)))
+                narrowed = []
+                keep = True
+                if _open(mod) or chosen:
+                    keep = False
+                    for c in graph.callers(fn)[:MAX_VARIANTS]:
+                        bound = jit.module_via(jm.key, calls + [(c.path, c.line)])
+                        if bound is None:
+                            continue
+                        if _open(mod) or bound.source_choices < mod.source_choices:
+                            narrowed.append((calls + [(c.path, c.line)], c.caller, bound))
+                        else:
+                            keep = True  # a caller passing its own parameter on: `fn` stays a generator
+                if keep or not narrowed:
+                    split = jit.literal_variants(jm.key, fn, calls, MAX_VARIANTS) if mod.source_choices > 1 else []
+                    done.extend((v, fn) for v in split or [mod])
+                nxt.extend(narrowed)
             frontier = nxt
             if not frontier or len(done) + len(frontier) > MAX_VARIANTS:
                 break
@@ -213,7 +226,8 @@ class Inventory:
         gates: list[Gate] = []
         findings: list[Finding] = []
         for gen, items in sorted(by_gen.items()):
-            admits = frozenset.intersection(*(r.build_admits for r, _ in items))
+            # the variants are alternatives (an argument picks one): a GPU one of them builds for is admitted
+            admits = frozenset.union(*(r.build_admits for r, _ in items))
             flags = sorted({f for r, _ in items for f in _flag_list(r)})
             g = Gate(gen[0], gen[1], 1, gen[2], BUILD_FLAGS, " ".join(flags), admits,
                      "hard-coded nvcc flags", package=package_of(gen[0]), region="build")
@@ -227,6 +241,8 @@ class Inventory:
                 behind = Behind([ref for _, ref in items], chain=[link])
                 try:
                     f = classify(g, gpu, ct, behind, self.tus)
+                    if len(items) > 1:
+                        f = self._alternatives(f, g, gpu, ct, items, link)
                 except Exception as e:  # noqa: BLE001
                     self.problems.append(internal_error(gen[0], "build-flags verdict", e, gen[1]))
                     f = Finding(g, gpu.name, UNRESOLVED, reason=f"archaudit's verdict failed ({type(e).__name__})")
@@ -239,6 +255,26 @@ class Inventory:
                         self.problems.append(internal_error(gen[0], "patch planning", e, gen[1]))
                 findings.append(f)
         return gates, findings
+
+
+    def _alternatives(self, f: Finding, g: Gate, gpu: Gpu, ct: CompileTarget,
+                      items: list[tuple[ModuleRecord, ModuleRef]], link: Link) -> Finding:
+        """A generator that builds one of several modules, picked by its arguments: judged over all of
+        them, a hardware-bound one would speak for every variant. When some variants give real
+        kernels for the target and others cannot, the gate is partial: a patch enables those
+        variants only, and the reason names which are which."""
+        each = [(rec, classify(g, gpu, ct, Behind([ref], chain=[link]), self.tus)) for rec, ref in items]
+        works = [(rec, v) for rec, v in each if v.verdict in (SOFTWARE_ONLY, PARTIAL)]
+        bound = [(rec, v) for rec, v in each if v.verdict == HARDWARE_BOUND]
+        if not works or not bound or len(works) + len(bound) < len(each):
+            return f
+        out = Finding(g, gpu.name, PARTIAL, chain=list(f.chain), feature=f.feature)
+        out.modules = f.modules
+        out.evidence = [e for _rec, v in bound for e in v.evidence]
+        out.reason = (f"the generator builds one of {len(each)} modules, chosen by its arguments; real kernels for "
+                      f"{ct.name} from {', '.join(sorted(rec.name for rec, _v in works))}; not from the others: "
+                      + "; ".join(v.reason for _rec, v in bound))
+        return out
 
 
 def _flag_list(rec: ModuleRecord) -> list[str]:

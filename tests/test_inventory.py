@@ -24,22 +24,38 @@ def test_one_record_per_variant_bound_through_its_callers(result):
         (12, "gen_portable_module", "var_portable", ["sm_100"], "software-only"),
         (16, "gen_tcgen05_module", "var_tcgen05", ["sm_100"], "hardware-bound"),
         (24, "gen_hopper_module", "var_hopper", ["sm_100", "sm_90"], "hardware-bound"),
+        # routes.py: the sources are picked from a table by Literal-annotated parameters: one
+        # record per value, each with its own sources and verdict
+        (28, "gen_stage_module", "stage_sm100a_gemm", ["sm_100"], "hardware-bound"),
+        (28, "gen_stage_module", "stage_sm100a_quantize", ["sm_100"], "software-only"),
         (29, "gen_direct_module", "direct", ["sm_90"], "software-only"),
+        # a caller passing its own parameter on keeps gen_variant_module a generator of both; a
+        # caller fixing the variant generates one
+        (52, "gen_variant_module", "variant_large", ["sm_100"], "hardware-bound"),
+        (52, "gen_variant_module", "variant_small", ["sm_100"], "software-only"),
+        (57, "gen_small_module", "variant_small", ["sm_100"], "software-only"),
     ]
 
 
 def test_build_flag_gates_at_the_generators(result):
-    got = sorted((f.gate.line, f.gate.kind, f.verdict, sorted({(e.path, e.line) for e in f.evidence}))
+    got = sorted(((f.gate.path, f.gate.line), f.gate.kind, f.verdict, sorted({(e.path, e.line) for e in f.evidence}))
                  for f in result.findings)
     assert got == [
-        (12, "build-flags", "software-only", []),
-        (16, "build-flags", "hardware-bound", [("varlib/data/csrc/tcgen05.cu", 2)]),
-        (24, "build-flags", "hardware-bound", [("varlib/data/csrc/hopper.cu", 2)]),
+        (("varlib/jit/modules.py", 12), "build-flags", "software-only", []),
+        (("varlib/jit/modules.py", 16), "build-flags", "hardware-bound", [("varlib/data/csrc/tcgen05.cu", 2)]),
+        (("varlib/jit/modules.py", 24), "build-flags", "hardware-bound", [("varlib/data/csrc/hopper.cu", 2)]),
         # the flags written at the build call are the Python gate scan's nvcc-flags gate, judged
         # through the build it is an argument of
-        (31, "nvcc-flags", "software-only", []),
+        (("varlib/jit/modules.py", 31), "nvcc-flags", "software-only", []),
+        # variants that differ: partial, with the evidence of the one that cannot build for sm_120
+        (("varlib/jit/routes.py", 28), "build-flags", "partial", [("varlib/data/csrc/tcgen05.cu", 2)]),
+        (("varlib/jit/routes.py", 52), "build-flags", "partial", [("varlib/data/csrc/tcgen05.cu", 2)]),
+        (("varlib/jit/routes.py", 57), "build-flags", "software-only", []),
     ]
     g12 = next(f.gate for f in result.findings if f.gate.line == 12)
+    p28 = next(f for f in result.findings if f.gate.path.endswith("routes.py") and f.gate.line == 28)
+    assert "real kernels for sm_120f from stage_sm100a_quantize; not from the others: stage_sm100a_gemm:" in p28.reason
+    assert p28.patch and "compute_120f" in p28.patch
     assert g12.expr == "-gencode=arch=compute_100a,code=sm_100a" and g12.admits == frozenset({"sm_100"})
 
 

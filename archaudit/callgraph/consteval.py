@@ -98,6 +98,13 @@ class Some:
 RAISES = frozenset({"missing-key", "index-error", "type-error", "value-error", "missing-file"})
 
 
+def _raises(v) -> bool:
+    """Whether computing the value raises at run time: an error, or a list or tuple display with one."""
+    if isinstance(v, (list, tuple)):
+        return any(isinstance(x, Unknown) and x.reason in RAISES for x in v)
+    return isinstance(v, Unknown) and v.reason in RAISES
+
+
 def is_unknown(v) -> bool:
     return isinstance(v, Unknown)
 
@@ -184,8 +191,8 @@ class ConstEval:
         # `x = None` placeholders rebound later, and augmented assignments: keep the real values;
         # a binding whose value raises at run time never binds (while another does)
         real = [v for v in vals if v is not None and v is not _AUG]
-        if len(real) > 1 and any(isinstance(v, Unknown) and v.reason in RAISES for v in real):
-            real = [v for v in real if not (isinstance(v, Unknown) and v.reason in RAISES)] or real
+        if len(real) > 1 and any(_raises(v) for v in real):
+            real = [v for v in real if not _raises(v)] or real
         if not real:
             return None if any(v is None for v in vals) else Unknown("no-value", name)
         aug = [bd for bd in binds if bd[0] == "aug"]
@@ -335,6 +342,10 @@ class ConstEval:
         if opts:
             return alt(opts)
         return Unknown("parameter", pname)
+
+    def literal_options(self, modname: str, ann: str):
+        """The options of a `Literal[...]` annotation (see _literal); None for anything else."""
+        return self._literal(modname, ann, 0)
 
     def _literal(self, modname: str, ann: str, depth: int):
         """The options of an annotation that is `Literal[a, b, ...]` or a name bound to one
@@ -1044,7 +1055,8 @@ class ConstEval:
                     env[pname] = kwargs[pname]
                 elif pname not in env and default is not None:
                     env[pname] = self.eval(self.r.ctx(c.mod.name) or c, default, {}, 1)
-            rets = [st.f["value"] for st in iter_stmts(c.node.f["body"]) if st.k == "return" and st.f["value"] is not None]
+            rets: list = []
+            self._live_returns(c, c.node.f["body"], env, rets)
             if not rets:
                 return Unknown("no-return", f.qualname)
             vals = [self.eval(c, r, env, 1) for r in rets]
@@ -1055,6 +1067,35 @@ class ConstEval:
         if key is not None and self._cut == cut:
             self._calls[key] = v
         return v
+
+
+    def _live_returns(self, c: Ctx, body: list, env: dict, out: list) -> bool:
+        """The return expressions of `body` that can run with these arguments, into `out`: an `if`
+        whose test the arguments decide contributes only its taken branch (`if variant == "x":
+        return [...]` called with another variant), and nothing after a statement that always
+        returns or raises. True when `body` always leaves the function."""
+        for st in body:
+            k = st.k
+            if k == "return":
+                if st.f["value"] is not None:
+                    out.append(st.f["value"])
+                return True
+            if k == "raise":
+                return True
+            if k == "if":
+                t = self.truth(c, st.f["test"], env, 1)
+                taken = ([st.f["body"]] if t is True else [st.f["orelse"] or []] if t is False
+                         else [st.f["body"], st.f["orelse"] or []])
+                ends = [self._live_returns(c, b, env, out) for b in taken]
+                if all(ends):
+                    return True
+                continue
+            if k in ("def", "class"):
+                continue
+            for sub in iter_stmts([st]):
+                if sub.k == "return" and sub.f["value"] is not None:
+                    out.append(sub.f["value"])
+        return False
 
 
 class _Parents:
@@ -1275,6 +1316,9 @@ def _literal_items(inner: str):
     """The values of `Literal[<inner>]` when they are str/int/bool/None literals."""
     if len(inner) > 4096:
         return None
+    inner = inner.strip()
+    if inner.endswith(","):  # `Literal[\n    "a",\n    "b",\n]`
+        inner = inner[:-1]
     try:
         vals = ast.literal_eval("(" + inner + ",)")
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):

@@ -9,13 +9,14 @@ template is the template ("generated", read through the CUDA side's rendered vie
 """
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass, field
 
 from ..cuda.preproc import _UNKNOWN_VALUE as UNKNOWN_VALUE
 from ..parsing.python_ir import N
 from ..python.index import function_at_line
-from .consteval import Alt, ConstEval, PathV, Unknown, flatten_values
+from .consteval import RAISES, Alt, ConstEval, PathV, Unknown, flatten_values
 from .generated import Generated, text_keys
 from .flags import Flag, FlagEval, bind_args, defines_of, hard_coded_archs, is_arch_flag, unknown_defines
 from .resolve import Ctx, Resolver, SinkSite, iter_stmts, walk_exprs
@@ -80,6 +81,9 @@ class JitModule:
     defines: dict[str, str] = field(default_factory=dict)  # -DNAME[=VAL] (conditional ones included)
     include_paths: list[str] = field(default_factory=list)  # extra include dirs, scan-relative
     hard_coded_archs: list[str] | None = None  # -gencode/-arch code targets when not from an arch list
+    # how many different source lists the sources argument may be (an Alt of lists: a table entry
+    # picked by an argument); 1 when it is one list
+    source_choices: int = 1
 
     @property
     def conditional_flags(self) -> dict[str, str]:
@@ -141,11 +145,12 @@ class JitModel:
                 out.append(args[a.pos])
         return out
 
-    def module_via(self, key: str, calls: list[tuple[str, int]]) -> JitModule | None:
+    def module_via(self, key: str, calls: list[tuple[str, int]], outer: dict | None = None) -> JitModule | None:
         """The module of sink `key` with the parameters of its function bound along a chain of
         calls: calls[0] calls the sink's function, calls[1] calls the function holding calls[0],
         and so on. Arguments are evaluated outermost first, each in its caller's bindings (values
-        for ConstEval, argument nodes for FlagEval). None when a call cannot be found."""
+        for ConstEval, argument nodes for FlagEval); `outer` binds names of the outermost caller.
+        None when a call cannot be found."""
         site = self.r.sinks.get(key)
         if site is None:
             return None
@@ -161,7 +166,7 @@ class JitModel:
                 return None
             chain.append((fctx, call, cctx))
             fctx = cctx
-        env: dict = {}
+        env: dict = dict(outer or {})
         bound: dict = {}
         for fctx, call, cctx in reversed(chain):
             b = bind_args(fctx, call, cctx, self.r, f"called at {cctx.mod.path}:{call.line}")
@@ -174,6 +179,48 @@ class JitModel:
             return self._analyse(site, env)
         finally:
             self.fe.bound = saved
+
+    def literal_params(self, ctx: Ctx | None) -> list[tuple[str, list]]:
+        """(name, options) of each parameter of a function annotated `Literal[...]` with several options."""
+        if ctx is None or ctx.kind != "function":
+            return []
+        out: list[tuple[str, list]] = []
+        for name, bds in self.r.locals_of(ctx).items():
+            bd = bds[0] if len(bds) == 1 else None
+            if bd is None or bd[0] != "param" or bd[4] or not bd[2]:
+                continue
+            opts = self.ce.literal_options(ctx.mod.name, bd[2])
+            if opts and len(opts) > 1:
+                out.append((name, list(opts)))
+        return out
+
+    def literal_variants(self, key: str, fn: str, calls: list[tuple[str, int]], limit: int) -> list[JitModule]:
+        """The module of sink `key`, bound along `calls` (see module_via) up to function `fn`, once
+        per value of the `Literal[...]`-annotated parameters of `fn`, when its sources are one of
+        several lists (`record = MODULES[ROUTES[f"{target}:{stage}"]]` with `stage: Literal[...]`):
+        each variant's name, sources and flags then go together. A value whose evaluation fails (a
+        key missing from the table) builds nothing and is left out. [] when the sources do not
+        differ, or there are more than `limit` combinations."""
+        options = self.literal_params(self.r.ctx(fn))
+        count = 1
+        for _name, opts in options:
+            count *= len(opts)
+        if not options or count > limit:
+            return []
+        site = self.r.sinks.get(key)
+        out: list[JitModule] = []
+        seen: set = set()
+        for combo in itertools.product(*(opts for _name, opts in options)):
+            env = dict(zip((n for n, _o in options), combo))
+            v = self.module_via(key, calls, env) if calls else self._analyse(site, env) if site else None
+            if v is None or not v.sources or any(k.startswith("sources-") and k[8:] in RAISES for k, _r in v.unresolved):
+                continue
+            v.source_choices = 1
+            got = (v.name, tuple(s.path or s.text for s in v.sources), tuple(v.cuda_cflags or ()))
+            if got not in seen:
+                seen.add(got)
+                out.append(v)
+        return out if len({tuple(s.path or s.text for s in v.sources) for v in out}) > 1 else []
 
     def _analyse(self, site: SinkSite, env: dict | None = None) -> JitModule:
         ctx, call, rule = site.ctx, site.call, site.rule
@@ -215,6 +262,7 @@ class JitModel:
             if isinstance(v, Unknown):
                 m.unresolved.append((f"sources-{v.reason}", f"{_text(ctx, n)}: {v}"))
                 continue
+            m.source_choices = max(m.source_choices, _choices(v))
             for item in flatten_values(v):
                 sf = self._source(item, rule.source_root)
                 if sf.status in ("unresolved", "missing"):
@@ -598,6 +646,24 @@ def _written_from(sf: SourceFile, item, written: dict) -> list[SourceFile]:
             out.append(SourceFile(sf.text, "generated", o.path, reason=f"rendered there at build time ({o.where})",
                                   templates=(o.path,), suffix=suffix))
     return out
+
+
+def _choices(v) -> int:
+    """How many different lists of files a sources value may be: an Alt of lists, or a list with
+    Alt items. Options naming the same file (an installed or a checkout directory) count once."""
+    if isinstance(v, Alt):
+        return len({tuple(sorted(_file_name(x) for x in flatten_values(o))) for o in v.options})
+    n = 1
+    if isinstance(v, (list, tuple)):
+        for x in v:
+            if isinstance(x, Alt):
+                n *= len({_file_name(o) for o in x.options})
+    return n
+
+
+def _file_name(x) -> str:
+    text = x.path if isinstance(x, PathV) else x if isinstance(x, str) else repr(x)
+    return text.rsplit("/", 1)[-1]
 
 
 def _dedup(xs: list) -> list:
