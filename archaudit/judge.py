@@ -544,6 +544,17 @@ def judge_gates(gates: list[Gate], gpus: list[tuple[Gpu, CompileTarget]], behind
         except Exception as e:  # noqa: BLE001 - contained to this gate
             findings.append(Finding(g, gpu.name, UNRESOLVED, reason=fail(g, "verdict", e)))
             continue
+        if gpu.name in g.mixed and f.verdict in (SOFTWARE_ONLY, PARTIAL):
+            # `fused is None` after a fused path the target may take: the test refuses the target
+            # only as far as the architecture goes, and may let it through on run-time values
+            # (shapes, dtypes, a build that fails), so no patch of the gate is what stands between
+            # the target and the path it guards
+            f.verdict = UNRESOLVED
+            f.reason = (f"on {gpu.name} the test's outcome is not decided by the architecture alone: it may be true "
+                        f"or false there, as on {_others(g.mixed, gpu.name)} (a run-time value, or one the evaluation "
+                        f"could not follow), so {gpu.name} is not shown to be refused here and no edit of an "
+                        f"architecture test is shown to decide it; the patch is manual (what the path reaches: "
+                        f"{f.reason})")
         if stopped:
             f.reason += "; " + "; ".join(
                 f"{gpu.name} does not get this far unless the gate at {eg.path}:{eg.line} (`{eg.expr}`) lets it through"
@@ -562,6 +573,11 @@ def judge_gates(gates: list[Gate], gpus: list[tuple[Gpu, CompileTarget]], behind
                         for p, n in sorted(cut_by_total.items()))
     _plan_all(pending, findings, by_place, patcher, fail)
     return sorted(findings, key=Finding.sort_key)
+
+
+def _others(names: Iterable[str], gpu: str) -> str:
+    rest = sorted((n for n in names if n != gpu), key=lambda n: (len(n), n))
+    return ", ".join(rest[:6]) + (f" and {len(rest) - 6} more" if len(rest) > 6 else "") if rest else "no other GPU"
 
 
 def _gates_before(g: Gate, tests_before: TestsBefore, by_pos) -> list[tuple[str, Gate]]:

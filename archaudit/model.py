@@ -77,6 +77,9 @@ class Gate:
     # GPUs on which the test's outcome is certain (the rest also hang on a condition that does not
     # depend on the architecture); not in the report
     decided: frozenset = frozenset()
+    # GPUs the gate is read as refusing although the test may also let them through there (its
+    # outcome hangs on a run-time value as well): not refused for certain; not in the report
+    mixed: frozenset = frozenset()
 
     @property
     def location(self) -> Location:

@@ -134,6 +134,8 @@ def _finding_why(f, compile_target: str) -> str:
 # Unresolved reasons, by what stopped the analysis: (pattern, label). The category of a reason
 # is the one whose pattern matches earliest in it (the first obstacle named).
 REASON_CATEGORIES: tuple[tuple[str, str], ...] = (
+    (r"test's outcome is not decided by the architecture alone",
+     "its test is not decided by the architecture alone (run-time values)"),
     (r"\bwrites [\w.\[\]\"']+", "its outcome is stored (an attribute, item or global) and read elsewhere"),
     (r"setting `[^`]*` .*is read as", "a setting it turns on is read in several classes"),
     (r"is named here other than by a call", "a function it changes is referenced, not only called"),

@@ -528,6 +528,7 @@ def _to_gates(records: list[GateRecord], package_of) -> list[Gate]:
             region=r.region,
             via=sorted(r.via),
             decided=frozenset(r.extra.get("decided", ())),
+            mixed=frozenset(r.extra.get("mixed", ())),
         )
         key = (g.path, g.line, g.col, g.kind)
         if key not in out:

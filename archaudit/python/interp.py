@@ -923,6 +923,7 @@ class Interp:
             # the GPUs on which the outcome is certain (before the reading below)
             decided = frozenset(self.gpus[i].name for i, (t, f) in zip(reach, truth) if t != f)
             definite = {t for t, f in truth if t != f}
+            mixed: frozenset = frozenset()
             if len(definite) == 1 and any(t and f for t, f in truth):
                 # The GPUs that decide one way for sure agree; on the others the outcome also
                 # hangs on a non-architecture condition (a CUDA version, an env var). Read the
@@ -930,6 +931,11 @@ class Interp:
                 # (named from the outcome read term by term: `not fp8_ok()` with fp8_ok() falsy
                 # on sm_120 whatever the CUDA version is certain there, though its value is ENV)
                 t0 = next(iter(definite))
+                # read as refused when the GPUs that decide take the guarded path (t0 == positive):
+                # on them the gate may still let the GPU through, which the judge must not call a
+                # refusal a patch could lift
+                if t0 == positive:
+                    mixed = frozenset(self.gpus[i].name for i, (t, f) in zip(reach, truth) if t and f)
                 via.add("environment-dependent on " + ", ".join(
                     self.gpus[i].name for i, (t, f) in zip(reach, truth) if t and f))
                 truth = [(not t0, t0) if (t and f) else (t, f) for t, f in truth]
@@ -938,7 +944,7 @@ class Interp:
             )
             kind = self._classify(test, fr)
             self._record(fr, st, kind, admits, has_unres(av), sorted(via), region, expr_node=test,
-                         extra={"decided": decided})
+                         extra={"decided": decided, "mixed": mixed})
         return av
 
     def _kleene(self, test: N, fr: Frame, reach: list[int], leaves: dict,
