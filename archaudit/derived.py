@@ -108,7 +108,7 @@ def patch_output(result, path, gpu: Gpu, include_partial: bool, reg: Registry) -
         try:
             return combined_patch(patcher, gates, gpu)
         finally:
-            patcher.protected = set()
+            patcher.protected = {}
 
     diff, done = run_with_big_stack(run)
     out.diff = diff

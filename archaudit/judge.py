@@ -609,23 +609,30 @@ def patch_gates_of(f: Finding, gates: list[Gate]) -> list[Gate]:
     return list(f.plan) or [f.gate]
 
 
-def protected_functions(findings: list[Finding], gates: Iterable[Gate], target: str) -> set[str]:
+def protected_functions(findings: list[Finding], gates: Iterable[Gate], target: str) -> dict[str, str]:
     """Functions that a gate other than the software-only and partial ones for the target holds or
     goes through (one the target may not pass, or one whose outcome on the target is fine as it
     is): a patch does not edit them outside its own gate, nor a module constant they read (the edit
-    would change that gate's outcome too)."""
-    patchable = {(f.gate.path, f.gate.line, f.gate.col) for f in findings
-                 if f.target == target and f.verdict in (SOFTWARE_ONLY, PARTIAL)}
-    out: set[str] = set()
-    for g in gates:
-        if (g.path, g.line, g.col) not in patchable:
-            out.update([g.function] + [v[len("inferred "):] for v in g.via if v.startswith("inferred ")])
-    return out
+    would change that gate's outcome too). Each maps to the gate that holds it, said as
+    `the gate at PATH:LINE, VERDICT for TARGET` (the one that stops the target hardest)."""
+    verdicts = {(f.gate.path, f.gate.line, f.gate.col): f.verdict for f in findings if f.target == target}
+    rank = {HARDWARE_BOUND: 0, BINARY_ONLY: 1, UNRESOLVED: 2, NO_GPU_CODE: 3}
+    best: dict[str, tuple] = {}
+    for g in sorted(gates, key=Gate.sort_key):
+        v = verdicts.get((g.path, g.line, g.col))
+        if v in (SOFTWARE_ONLY, PARTIAL):
+            continue
+        what = (f"the gate at {g.path}:{g.line}, " + (f"{v} for {target}" if v else f"which admits {target}"))
+        key = (rank.get(v, 4), g.sort_key())
+        for fn in [g.function] + [x[len("inferred "):] for x in g.via if x.startswith("inferred ")]:
+            if fn not in best or key < best[fn][0]:
+                best[fn] = (key, what)
+    return {fn: what for fn, (_k, what) in best.items()}
 
 
 def _plan_all(pending: list, findings: list[Finding], by_place, patcher, fail) -> None:
     """The patch plans, once every verdict is known (see protected_functions)."""
-    protected: dict[str, set[str]] = {}
+    protected: dict[str, dict[str, str]] = {}
     try:
         for f, g, gpu, b, stopped in pending:
             if gpu.name not in protected:
@@ -637,7 +644,7 @@ def _plan_all(pending: list, findings: list[Finding], by_place, patcher, fail) -
                 f.reason += "; " + fail(g, "patch planning", e)
     finally:
         if patcher is not None:
-            patcher.protected = set()
+            patcher.protected = {}
 
 
 def _patch_plan(f: Finding, g: Gate, gpu: Gpu, b: Behind, by_place, patcher, first: list[Gate] = ()) -> None:

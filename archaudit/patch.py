@@ -217,9 +217,10 @@ class Patcher:
         self.reg = reg
         self.evaluate = evaluate
         self.binding = binding  # (module, name) -> the value bound there, None when unbound
-        # qualified names of functions another gate holds or goes through (judge.protected_functions,
-        # per target): not edited outside the gate, nor the module constants they read
-        self.protected: set[str] = set()
+        # qualified names of functions another gate holds or goes through, each with that gate
+        # (judge.protected_functions, per target): not edited outside the gate, nor the module
+        # constants they read
+        self.protected: dict[str, str] = {}
         self.held: list[str] = []
 
     def patch(self, gate: Gate, gpu: Gpu, source: Source | None = None) -> Patch:
@@ -255,7 +256,8 @@ class Patcher:
         if self._covered(gate, gpu):
             return Patch(gate.path, None, f"admits {gpu.name} with the edits before it", covered=True)
         held = ("; not edited, since another gate, which is not to be patched for " + gpu.name + ", also holds or "
-                "goes through it: " + ", ".join(self.held)) if self.held else ""
+                "goes through it: " + ", ".join(f"{fn} ({self.protected[fn]})" if self.protected.get(fn) else fn
+                                                for fn in self.held)) if self.held else ""
         if not edits:
             return Patch(gate.path, None, self._why_none(text, gate, gpu) + held)
         tried = []
