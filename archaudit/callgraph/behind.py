@@ -485,6 +485,11 @@ class Behind:
         entries: dict[str, set] = {}
         q: deque = deque()
         depth: dict[str, int] = {}
+        # a function that calls one of its parameters (`def build(factory): return factory()`)
+        # calls what its callers on the way pass for it: every call site seen in this search,
+        # and those of its callers when they hand on a parameter of their own
+        incoming: dict[str, list[Call]] = {}
+        param_calls: dict[str, list[tuple[Call, str]]] = {}
 
         def visit(c: Call, prev: str | None, d: int) -> None:
             if c.callee.startswith("<jit:"):
@@ -496,6 +501,10 @@ class Behind:
                     entries.setdefault(key, set()).add(c.entry)
                 return
             if c.callee in parent:
+                incoming.setdefault(c.callee, []).append(c)
+                for pc, pname in param_calls.get(c.callee, ()):
+                    for nc in self._passed(c.callee, pc, pname, [c], incoming):
+                        visit(nc, c.callee, depth[c.callee] + 1)
                 return
             if self.r.ctx(c.callee) is None:
                 if externals is not None and c.how != "builtin" and not c.callee.startswith("<") and c.callee not in externals:
@@ -503,6 +512,7 @@ class Behind:
                 return
             parent[c.callee] = (prev, c)
             depth[c.callee] = d
+            incoming.setdefault(c.callee, []).append(c)
             q.append(c.callee)
 
         for c in self._calls_in(region):
@@ -512,8 +522,44 @@ class Behind:
             if depth[n] >= max_depth:
                 continue
             for c in self.g.expand(n):
+                pname = self.g.called_parameter(n, c)
+                if pname is not None:
+                    param_calls.setdefault(n, []).append((c, pname))
+                    for nc in self._passed(n, c, pname, incoming.get(n, []), incoming):
+                        visit(nc, n, depth[n] + 1)
                 visit(c, n, depth[n] + 1)
         return {k: (v, entries.get(k, set())) for k, v in found.items()}
+
+    def _passed(self, fn: str, pc: Call, pname: str, sites: list[Call], incoming: dict[str, list[Call]],
+                hops: int = 0) -> list[Call]:
+        """Calls made by `fn`'s call pc of its parameter pname: what the call sites `sites` pass for
+        it (functions, partials of them, classes constructed, objects with __call__); an argument
+        that is itself a parameter of the caller is looked up at the caller's sites (4 hops)."""
+        out: list[Call] = []
+        for site in sites:
+            for ref in self.g.argument_refs(site, pname):
+                how = f"argument:{pname}"
+                if ref.kind in ("function", "partial") and ref.target != "<build>":
+                    out.append(Call(fn, ref.target, pc.path, pc.line, pc.col, how))
+                elif ref.kind == "class":
+                    for m in self.r.class_member(ref.target, "__init__", 1, False):
+                        if m.kind == "function":
+                            out.append(Call(fn, m.target, pc.path, pc.line, pc.col, how + "+constructor"))
+                elif ref.kind == "instance":
+                    for m in self.r.class_member(ref.target, "__call__", 1, True):
+                        if m.kind == "function":
+                            out.append(Call(fn, m.target, pc.path, pc.line, pc.col, how + "+__call__"))
+                elif (ref.kind == "unresolved" and ref.target == "unknown-receiver" and hops < 4
+                      and ref.extra.startswith("parameter ")):
+                    outer = ref.extra[len("parameter "):]
+                    ctx = self.r.ctx(site.caller)
+                    if ctx is not None and ctx.kind == "function" and any(p[0] == outer for p in ctx.node.f["params"]):
+                        # the caller hands on what its own callers passed it
+                        out.extend(self._passed(fn, pc, outer, incoming.get(site.caller, []), incoming, hops + 1))
+        seen: dict = {}
+        for c in out:
+            seen.setdefault(c.callee, c)
+        return list(seen.values())
 
     @staticmethod
     def _path(parent, node) -> list[Call]:

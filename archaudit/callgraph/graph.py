@@ -69,6 +69,7 @@ class CallGraph:
         self._callers_done: set[str] = set()
         self._by_callee: dict[str, list[Call]] = {}  # reverse edges, filled as nodes are expanded
         self._words: dict[bytes, list[str]] | None = None
+        self._sites: dict[str, dict[tuple[int, int], N]] = {}  # qualname -> (line, col) -> call in its body
         self._scans = 0
         self._outside = ExternalRoots(index.path_of)
         # calls outside the scan that run what they are handed (rules/externals.toml)
@@ -218,6 +219,77 @@ class CallGraph:
         for c in out:
             seen.setdefault((c.callee, c.entry), c)
         return list(seen.values())
+
+    # ------------------------------------------------------------------ arguments
+    def call_at(self, qualname: str, line: int, col: int) -> N | None:
+        """The call expression of `qualname`'s body (lambdas included) at line:col."""
+        found = self._sites.get(qualname)
+        if found is None:
+            found = self._sites[qualname] = {}
+            ctx = self.r.ctx(qualname)
+            if ctx is not None and ctx.kind == "function":
+                stmts = [st for node in ctx.mod.bound_defs(ctx.qual) for st in iter_stmts(node.f["body"])]
+            elif ctx is not None and ctx.kind == "class":
+                stmts = list(flatten_top(ctx.node.f["body"]))
+            elif ctx is not None:
+                stmts = list(flatten_top(ctx.mod.parsed.body))
+            else:
+                stmts = []
+            stack = [v for st in stmts for key, v in st.f.items() if key not in ("body", "orelse", "handlers", "final")]
+            for e in walk_exprs(stack):
+                if e.k == "call":
+                    found.setdefault((e.line, e.col), e)
+                elif e.k == "lambda":
+                    for x in walk_exprs([e.f["body"]]):
+                        if x.k == "call":
+                            found.setdefault((x.line, x.col), x)
+        return found.get((line, col))
+
+    def called_parameter(self, qualname: str, c: Call) -> str | None:
+        """The parameter of `qualname` that the unresolved call c calls by its bare name
+        (`factory(*args)` in `def build(factory, *args)`), else None."""
+        if c.callee != f"{UNRESOLVED_PREFIX}unknown-receiver>" or not c.detail.startswith("parameter "):
+            return None
+        name = c.detail[len("parameter "):]
+        node = self.call_at(qualname, c.line, c.col)
+        ctx = self.r.ctx(qualname)
+        if node is None or ctx is None or ctx.kind != "function" or node.f["func"].k != "name" \
+                or node.f["func"].f["id"] != name:
+            return None
+        return name if any(p[0] == name for p in ctx.node.f["params"]) else None
+
+    def argument_refs(self, site: Call, pname: str) -> tuple:
+        """What the call `site` (in site.caller) passes for parameter `pname` of site.callee: the
+        resolved values (Refs) of the argument, or of the parameter's default when it is not
+        passed; () when the binding cannot be told (an argument after a * or ** unpacking)."""
+        node = self.call_at(site.caller, site.line, site.col)
+        callee = self.r.ctx(site.callee)
+        caller = self.r.ctx(site.caller)
+        if node is None or node.k != "call" or callee is None or caller is None or callee.kind != "function":
+            return ()
+        params = callee.node.f["params"]
+        # the receiver fills the first parameter of a method called on an object or constructed
+        bound_first = bool(callee.self_name) and (node.f["func"].k == "attr" or "constructor" in site.how)
+        for key, value in node.f["kwargs"]:
+            if key == pname:
+                return self.r.eval(caller, value)
+        positional = [p[0] for p in params if p[2] == ""][1 if bound_first else 0:]
+        if pname in positional:
+            i = positional.index(pname)
+            args = node.f["args"]
+            text = caller.mod.parsed.text(node)
+            if i < len(args):
+                # an unpacking before the argument shifts the positions: not bound
+                head = text[: max(0, args[i].sb - node.sb)]
+                if re.search(r"[(,]\s*\*", head):
+                    return ()
+                return self.r.eval(caller, args[i])
+            if node.f["star"]:
+                return ()
+        for name, default, _kind in params:
+            if name == pname and default is not None and callee.parent is not None:
+                return self.r.eval(callee.parent, default)
+        return ()
 
     def _traced_arguments(self, ctx: Ctx, call: N, tracer: str) -> list[Call]:
         """Functions of the scan, and objects whose class defines __call__, handed to a call that
