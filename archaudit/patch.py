@@ -257,15 +257,10 @@ class Patcher:
             return Patch(gate.path, None, f"admits {gpu.name} with the edits before it", covered=True)
         named = ", ".join(f"{fn} ({self.protected[fn]})" if self.protected.get(fn) else fn for fn in self.held)
         held = ("; not edited, since another gate, which is not to be patched for " + gpu.name + ", also holds or "
-                "goes through it: " + named) if self.held else ""
+                f"goes through it: {named}: an edit there would let {gpu.name} through that gate too"
+                ) if self.held else ""
         if not edits:
-            why = self._why_none(text, gate, gpu)
-            if self.held and why.startswith("no predicate for"):
-                # nothing was spelled because the places to spell it in were left alone
-                return Patch(gate.path, None, (
-                    f"the value it tests is decided where another gate, which is not to be patched for {gpu.name}, "
-                    f"also holds or goes through: {named}; an edit there would let {gpu.name} through that gate too"))
-            return Patch(gate.path, None, why + held)
+            return Patch(gate.path, None, self._why_none(text, gate, gpu) + held)
         tried = []
         for path, new_text, what in edits[:MAX_CANDIDATES]:
             old_text = text if path == gate.path else (self.source.read(path) or b"").decode("utf-8", "surrogateescape")

@@ -116,10 +116,9 @@ def test_every_gate_is_software_only_with_its_exact_edits(result):
 def test_a_function_a_blocked_gate_goes_through_is_not_edited(result):
     f = next(f for f in result.findings if (f.gate.path, f.gate.line) == ("gpukit/dispatch.py", 24))
     assert f.patch is None
-    assert f.reason.endswith("no patch, edit by hand (the value it tests is decided where another gate, which is "
-                             "not to be patched for sm_120, also holds or goes through: gpukit.dispatch._arch (the "
-                             "gate at gpukit/dispatch.py:30, hardware-bound for sm_120); an edit there would let "
-                             "sm_120 through that gate too)")
+    assert f.reason.endswith("; not edited, since another gate, which is not to be patched for sm_120, also holds "
+                             "or goes through it: gpukit.dispatch._arch (the gate at gpukit/dispatch.py:30, "
+                             "hardware-bound for sm_120): an edit there would let sm_120 through that gate too)")
     assert "patch plan, manual for gpukit/dispatch.py:24: " in f.reason
 
 
