@@ -899,8 +899,8 @@ def _compare_edits(text: str, n: ast.Compare, span_of, reg: Registry, gpu: Gpu, 
     """Edits of one comparison that let the target's value through it (which one the gate needs,
     true or false, is for the re-evaluation to show), each with what it makes the comparison on
     the target (1 true, -1 false):
-    `X == K` -> `X in (K, T)`, `X != K` -> `X not in (K, T)`, `X in/not in <literal or module
-    constant>` -> T added there, `X >= K` -> `(X >= K or X == T)` / `(X >= K and X != T)`."""
+    `X == K` -> `X in (K, T)`, `X != K` -> `X not in (K, T)` (K a capability literal or a module
+    constant bound to one), `X in/not in <literal or module constant>` -> T added there, `X >= K` -> `(X >= K or X == T)` / `(X >= K and X != T)`."""
     if len(n.ops) != 1:
         return []
     op, right = n.ops[0], n.comparators[0]
@@ -934,6 +934,12 @@ def _compare_edits(text: str, n: ast.Compare, span_of, reg: Registry, gpu: Gpu, 
         sub = _parse_or_none(k_src)
         k = sub.body[0].value if sub and sub.body and isinstance(sub.body[0], ast.Expr) else None
         item = _spell(k_src, k, reg, gpu) if k is not None else None
+        if item is None and isinstance(k, ast.Name):
+            # `cap != HOPPER_CC` with `HOPPER_CC = (9, 0)` at module level: the target's value is
+            # written like the constant's literal beside it; the constant, which other code may
+            # read, is left as it is
+            lit = _module_literal(tree, k.id)
+            item = _spell(text, lit, reg, gpu) if lit is not None else None
         if item is None or item == k_src:
             return []
         kw = "in" if isinstance(op, ast.Eq) else "not in"

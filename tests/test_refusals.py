@@ -16,6 +16,11 @@ def test_message_returns_are_refusals(reg):
         13: ("after-early-exit", ["sm_100", "sm_103", "sm_107", "sm_90"]),
         18: ("after-early-exit", ["sm_100"]),
         24: ("branch", ["sm_90"]),
+        # `return f"compute_capability={capability}"` reports a value: a refusal, what follows
+        # is guarded; `return f"sm{major}{minor}a"` names a choice
+        31: ("after-early-exit", ["sm_90"]),
+        38: ("branch", ["sm_100", "sm_103", "sm_107"]),
     }
     assert {(f.gate.line, f.verdict) for f in res.findings} == {
-        (6, "no-gpu-code"), (13, "no-gpu-code"), (18, "unresolved"), (24, "unresolved")}
+        (6, "no-gpu-code"), (13, "no-gpu-code"), (18, "unresolved"), (24, "unresolved"), (31, "unresolved"),
+        (38, "unresolved")}

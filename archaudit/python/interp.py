@@ -1029,7 +1029,7 @@ class Interp:
         acc = self.dom.const("")
         for p in n.f["parts"]:
             v = self.eval(p, fr)
-            acc = self.dom.map2(acc, v, lambda a, b: a + (b if isinstance(b, str) else str(b) if isinstance(b, (int, float)) else _raise()))
+            acc = self.dom.map2(acc, v, lambda a, b: a + (b if isinstance(b, str) else str(b) if _plain(b) else _raise()))
         return acc
 
     def _e_name(self, n: N, fr: Frame) -> AV:
@@ -1935,13 +1935,24 @@ def _is_exit(last: N, test: N) -> bool:
     return test.k == "not"
 
 
+def _plain(v) -> bool:
+    """A value an f-string formats as str() does (`f"{capability}"` with capability (9, 0))."""
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return True
+    return isinstance(v, tuple) and len(v) <= 8 and all(_plain(x) for x in v)
+
+
 def _is_message(v: N) -> bool:
-    """A string constant or f-string whose literal text holds a space: words for a person."""
+    """A string constant or f-string whose literal text holds a space: words for a person; or an
+    f-string reporting a value as `name=value` (`f"compute_capability={capability}"`, the reason
+    an eligibility check returns), which names no choice."""
     if v.k == "const":
         return isinstance(v.f["value"], str) and " " in v.f["value"].strip()
     if v.k == "fstring":
-        return any(p.k == "const" and isinstance(p.f["value"], str) and " " in p.f["value"]
-                   for p in v.f.get("parts", ()))
+        parts = list(v.f.get("parts", ()))
+        return any(p.k == "const" and isinstance(p.f["value"], str) and (
+            " " in p.f["value"] or (p.f["value"].endswith("=") and i + 1 < len(parts) and parts[i + 1].k != "const"))
+            for i, p in enumerate(parts))
     return False
 
 
