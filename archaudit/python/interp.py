@@ -1936,10 +1936,12 @@ def _is_exit(last: N, test: N) -> bool:
 
 
 def _plain(v) -> bool:
-    """A value an f-string formats as str() does (`f"{capability}"` with capability (9, 0))."""
-    if v is None or isinstance(v, (bool, int, float, str)):
+    """A number, or a tuple of ints (`f"{capability}"` with capability (9, 0)): formatted as str()
+    does. None and bools stay unformatted: a value read as None where the code holds an object
+    would turn an unknown message into a known one."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
         return True
-    return isinstance(v, tuple) and len(v) <= 8 and all(_plain(x) for x in v)
+    return isinstance(v, tuple) and len(v) <= 8 and all(type(x) is int for x in v)
 
 
 def _is_message(v: N) -> bool:
