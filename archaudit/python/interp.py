@@ -1937,9 +1937,9 @@ def _is_exit(last: N, test: N) -> bool:
 
 def _plain(v) -> bool:
     """A number, or a tuple of ints (`f"{capability}"` with capability (9, 0)): formatted as str()
-    does. None and bools stay unformatted: a value read as None where the code holds an object
-    would turn an unknown message into a known one."""
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
+    does. None stays unformatted: a value read as None where the code holds an object would turn
+    an unknown message into a known one."""
+    if isinstance(v, (int, float)):
         return True
     return isinstance(v, tuple) and len(v) <= 8 and all(type(x) is int for x in v)
 
