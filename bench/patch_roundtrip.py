@@ -13,7 +13,7 @@ What must hold, and is checked:
   are taken out. A gate that moved because an edit added lines above it in its file is matched by
   the lines the diff added before it.
 
-Writes bench/results/patch_roundtrip_<corpus>_<target>.{md,json}. Scans run as subprocesses
+Writes bench/results/patch_roundtrip_<corpus>_<target>[_partial].{md,json}. Scans run as subprocesses
 (python -P -m archaudit) of this checkout's code with the default cache, so a second run of the
 original scan is warm; the copy is always a cold scan. Nothing scanned is imported or executed.
 """
@@ -185,7 +185,8 @@ def main() -> int:
         "ok": ok, "seconds": round(time.time() - t0, 1),
         "rows": rows,
     }
-    out = REPO / "bench" / "results" / f"patch_roundtrip_{a.corpus}_{a.target}"
+    out = REPO / "bench" / "results" / (f"patch_roundtrip_{a.corpus}_{a.target}"
+                                         + ("_partial" if a.include_partial else ""))
     out.with_suffix(".json").write_text(json.dumps(res, indent=1) + "\n")
     out.with_suffix(".md").write_text(_markdown(res))
     print(_markdown(res))
@@ -204,8 +205,8 @@ def _count(findings: list[dict]) -> dict:
 def _markdown(r: dict) -> str:
     lines = [f"# Patch round trip: {r['corpus']}, {r['target']}" + (" (--include-partial)" if r["include_partial"] else ""),
              "",
-             f"archaudit at {r['commit']}; `python bench/patch_roundtrip.py --corpus {r['corpus']} -t {r['target']}`"
-             + (" --include-partial" if r["include_partial"] else "") + f" ({r['seconds']} s).",
+             f"archaudit at {r['commit']}; `python bench/patch_roundtrip.py --corpus {r['corpus']} -t {r['target']}"
+             + (" --include-partial" if r["include_partial"] else "") + f"` ({r['seconds']} s).",
              "",
              f"- findings before: {r['findings_before']} {r['verdicts_before']}",
              f"- wanted (software-only{' + partial' if r['include_partial'] else ''}): {r['wanted']}: "
