@@ -1,4 +1,5 @@
-"""Programs archaudit runs (nvcc, cu++filt): each ends when archaudit ends, however it ends.
+"""Programs archaudit runs (nvcc, cu++filt) and its worker processes: each ends when archaudit
+ends, however it ends.
 
 They may run in a session of their own (verify's compiles: a timeout ends nvcc with its cicc and
 ptxas), which a signal to archaudit's process group does not reach, and a SIGKILL of archaudit
@@ -9,6 +10,8 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
+import time
 
 _PR_SET_PDEATHSIG = 1
 _prctl = None
@@ -35,3 +38,34 @@ def ending_with_us():
             os._exit(1)
 
     return arm
+
+
+# how often a worker without PR_SET_PDEATHSIG looks whether its parent is still there
+PARENT_POLL_S = 0.5
+
+
+def die_with_parent(parent: int) -> None:
+    """In a worker process: end it when `parent` (the pid of the process that started it, taken
+    there) ends, however that ends. A killed scan otherwise left its workers blocked on pipes
+    nobody writes (their own fork holds the write ends) or still working, holding their memory.
+    Linux: PR_SET_PDEATHSIG, the kernel sends SIGKILL (the thread that forked must stay alive: the
+    scan's pools are forked by the thread that runs scan() and closed before it returns).
+    Elsewhere: a daemon thread polls getppid(). Either way, a parent already gone means exit now."""
+    armed = False
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            armed = libc.prctl(1, int(signal.SIGKILL), 0, 0, 0) == 0  # 1: PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            armed = False
+    if os.getppid() != parent:  # died before the signal was armed: nobody would send it
+        os._exit(1)
+    if not armed:
+        def watch() -> None:
+            while os.getppid() == parent:
+                time.sleep(PARENT_POLL_S)
+            os._exit(1)
+
+        threading.Thread(target=watch, name="archaudit-parent-watch", daemon=True).start()

@@ -1,29 +1,17 @@
-"""Command-line interface: parse options, call the pipeline, pick a formatter. Nothing imports this."""
+"""Command-line interface: the `archaudit` group and `scan`; the other commands register from
+their cli_*.py modules, which import nothing from here (shared pieces: cli_common)."""
 from __future__ import annotations
 
 import click
 
 from . import __version__, cli_ci
+from .cli_common import parse_targets
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="archaudit")
 def main() -> None:
     """Static auditor of GPU-architecture gates in LLM-serving Python packages."""
-
-
-def parse_targets(names: tuple[str, ...]):
-    """--target values -> TargetRequests; an unknown name is a usage error (exit 2)."""
-    from .targets import UnknownTarget, registry
-
-    reg = registry()
-    out = []
-    for n in names:
-        try:
-            out.append(reg.parse(n))
-        except UnknownTarget as e:
-            raise click.BadParameter(str(e), param_hint="--target") from None
-    return out
 
 
 def _filters(verdicts, packages, include, exclude, include_tests):

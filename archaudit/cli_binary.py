@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from .cli_common import parse_targets
 from .report.shown import shown
 
 # What a directory walk picks up: device code lives in these files
@@ -51,7 +52,6 @@ def register(main: click.Group) -> None:
         1 some target cannot run some file, 2 usage error or unreadable/malformed input.
         """
         from .binary.fatbin import read_file, runs_on_detail
-        from .cli import parse_targets
         from .targets import registry
 
         reqs = parse_targets(targets)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from .cli_common import check_output, write_file
+from .cli_common import check_output, parse_targets, write_file
 from .report.shown import shown
 
 DEFAULT_BASELINE = ".archaudit-baseline.json"
@@ -110,7 +110,6 @@ class ScanCI:
         """The baseline's targets when none were given."""
         if reqs or self.baseline is None or not self.baseline.targets:
             return reqs
-        from .cli import parse_targets
 
         return parse_targets(tuple(self.baseline.targets))
 
@@ -243,7 +242,6 @@ def register(main) -> None:
     def baseline(path, targets, output, quiet, no_cache):
         """Record today's findings so that `scan --baseline` reports only new ones."""
         from .baseline import dump_baseline
-        from .cli import parse_targets
 
         reqs = parse_targets(targets)
         check_output(output)
@@ -270,7 +268,6 @@ def register(main) -> None:
     def diff(old, new, targets, fmt, output, fail_on, repo_root, quiet, no_cache):
         """Compare the gates of two environments (site-packages, wheels, source trees): a dependency bump."""
         from . import diff as d
-        from .cli import parse_targets
         from .targets import registry
 
         reqs = parse_targets(targets)

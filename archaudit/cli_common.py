@@ -1,7 +1,22 @@
-"""Pieces shared by the commands that run a scan: progress on stderr, clean usage errors."""
+"""Pieces shared by the commands: --target parsing, scanning with progress on stderr, clean usage
+errors, report files."""
 from __future__ import annotations
 
 import click
+
+
+def parse_targets(names: tuple[str, ...]):
+    """--target values -> TargetRequests; an unknown name is a usage error (exit 2)."""
+    from .targets import UnknownTarget, registry
+
+    reg = registry()
+    out = []
+    for n in names:
+        try:
+            out.append(reg.parse(n))
+        except UnknownTarget as e:
+            raise click.BadParameter(str(e), param_hint="--target") from None
+    return out
 
 
 def scan_with_progress(path, reqs, reg, quiet: bool, **scan_options):

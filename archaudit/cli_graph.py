@@ -6,7 +6,7 @@ import re
 
 import click
 
-from .cli_common import check_output, write_output
+from .cli_common import check_output, parse_targets, write_output
 
 _SITE = re.compile(r"^(?P<file>.+):(?P<line>\d+)$")
 
@@ -60,7 +60,7 @@ def explain_cmd(path, site, targets, fmt, output, no_cache):
     when `archaudit scan` has run), for each target it excludes the verdict (software-only /
     partial / hardware-bound / binary-only / unresolved) with evidence and patch."""
     from .callgraph.render import explain_text
-    from .pipeline import run_with_big_stack
+    from .runtime import run_with_big_stack
 
     check_output(output)
     if targets:
@@ -78,7 +78,6 @@ def explain_cmd(path, site, targets, fmt, output, no_cache):
 def _explain_targets(path, site, targets, fmt, output, no_cache) -> None:
     """The scan's verdicts for the gates on one line: the scan runs through its cache (a hit after
     `archaudit scan PATH -t ...` with the same targets), so explain says what scan reported."""
-    from .cli import parse_targets
     from .cli_common import scan_with_progress
     from .explain import from_scan, render_text
     from .report.jsonout import finding_to_json, gate_to_json
@@ -125,7 +124,7 @@ def _explain_targets(path, site, targets, fmt, output, no_cache) -> None:
 def graph_cmd(path, start, fmt, depth, output):
     """The subgraph from a gate or function down to the JIT modules it reaches (DOT or Mermaid)."""
     from .callgraph.render import to_dot, to_mermaid
-    from .pipeline import run_with_big_stack
+    from .runtime import run_with_big_stack
 
     check_output(output)
     a = _open(path)
@@ -201,7 +200,7 @@ def callgraph_cmd(path, fmt, output, no_cache):
 
 
 def _callgraph_text(path, fmt) -> str:
-    from .pipeline import run_with_big_stack
+    from .runtime import run_with_big_stack
 
     a = _open(path)
     run_with_big_stack(a.graph.build_all)

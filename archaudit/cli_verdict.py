@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from .cli_common import check_output, scan_with_progress, write_output
+from .cli_common import check_output, parse_targets, scan_with_progress, write_output
 from .report.shown import shown
 
 
@@ -20,7 +20,6 @@ def patch_cmd(path, target, include_partial, output, quiet, no_cache):
     `git apply -p0`) that makes each software-only gate admit TARGET, including the gates further
     down its chain. Hardware-bound, binary-only and unresolved gates are never patched."""
     from .cache import Cache
-    from .cli import parse_targets
     from .derived import cached_patch_output
     from .targets import registry
 

@@ -7,7 +7,7 @@ import time
 
 import click
 
-from .cli_common import check_output, scan_with_progress, write_output
+from .cli_common import check_output, parse_targets, scan_with_progress, write_output
 
 
 @click.command("verify")
@@ -37,7 +37,6 @@ def verify_cmd(path, target, modules, gates, jobs, timeout, includes, nvcc_flags
     Default selection: every module whose verdict is software-only, partial or hardware-bound.
     Exit 0 when nothing is refuted, 1 when something is, 2 on a usage error or without nvcc."""
     from . import verify as V
-    from .cli import parse_targets
     from .cuda.tu import CudaProject
     from .report.shown import shown
     from .sources import open_source

@@ -44,7 +44,7 @@ def cached_by_inputs(store: Cache | None, path, what: str, args: tuple, compute:
     alone, such as the whole call graph); stored only when no input changed while it ran."""
     if store is None or not store.enabled:
         return compute()
-    from .pipeline import input_fingerprint, inputs_unchanged
+    from .scancache import input_fingerprint, inputs_unchanged
 
     source, fp = input_fingerprint(path, store)
     k = key_of(DERIVED_VERSION, what, fp.key([]), *args)
@@ -85,7 +85,7 @@ def patch_output(result, path, gpu: Gpu, include_partial: bool, reg: Registry) -
     of the result admit gpu: a pure function of the result and the files under path."""
     from .judge import patch_gates_of, protected_functions
     from .patch import combined_patch
-    from .pipeline import run_with_big_stack
+    from .runtime import run_with_big_stack
 
     wanted = (SOFTWARE_ONLY, PARTIAL) if include_partial else (SOFTWARE_ONLY,)
     gates: list[Gate] = []

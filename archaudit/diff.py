@@ -305,7 +305,7 @@ DIFF_RULES = [
 
 def to_sarif(d: ScanDiff, reg, repo_new=None) -> dict:
     """SARIF for a diff: one run, one result per change; regressions are warnings."""
-    from .report.sarif import INFORMATION_URI, SCHEMA_URI, _base_uri
+    from .report.sarif import INFORMATION_URI, SCHEMA_URI, base_uri
 
     rules = []
     for rid, name, short, full in DIFF_RULES:
@@ -354,9 +354,9 @@ def to_sarif(d: ScanDiff, reg, repo_new=None) -> dict:
 
     bases = {}
     for name, root in (("OLDROOT", d.old_root), ("NEWROOT", d.new_root)):
-        bases[name] = {"uri": _base_uri(Path(root).resolve()), "description": {"text": f"{name[:3].lower()} environment"}}
+        bases[name] = {"uri": base_uri(Path(root).resolve()), "description": {"text": f"{name[:3].lower()} environment"}}
     if repo_new is not None and repo_new.root is not None:
-        bases["%SRCROOT%"] = {"uri": _base_uri(repo_new.root)}
+        bases["%SRCROOT%"] = {"uri": base_uri(repo_new.root)}
     run = {
         "tool": {"driver": {"name": "archaudit", "version": __version__, "semanticVersion": __version__,
                             "informationUri": INFORMATION_URI, "rules": rules}},

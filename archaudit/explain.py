@@ -38,7 +38,7 @@ def gates_at(source: Source, index, reg: Registry, path: str, line: int) -> list
 def _scope_gates(source: Source, index, reg: Registry, path: str, line: int) -> list[Gate]:
     """Every gate of the innermost function (or module) holding the line, from evaluating only it;
     in a C/C++ file, its runtime checks."""
-    from .python.gates import _to_gates
+    from .python.gates import to_gates
     from .python.index import function_at_line
     from .python.interp import Interp
 
@@ -54,7 +54,7 @@ def _scope_gates(source: Source, index, reg: Registry, path: str, line: int) -> 
         interp.report_function(mod, best[0], [best[1]])
     else:
         interp.report_module(modname)
-    return [g for g in _to_gates(interp.gates, lambda p: None) if g.path == path]
+    return [g for g in to_gates(interp.gates, lambda p: None) if g.path == path]
 
 
 def _cpp_gates(source: Source, path: str) -> list[Gate]:
@@ -70,13 +70,13 @@ def explain(source: Source, files: list[str], index, reg: Registry, path: str, l
     from .cuda.tu import CudaProject
     from .judge import TuCache, behind_from_callgraph, judge_gates, tests_before_from_callgraph
     from .patch import Patcher, module_binding, reevaluate_gate
-    from .pipeline import _Reader
+    from .pipeline import SourceReader
 
     scope = _scope_gates(source, index, reg, path, line)
     gates = [g for g in scope if g.line == line]
     if not gates:
         return []
-    reader = _Reader(source)
+    reader = SourceReader(source)
     project = CudaProject(reader, CudaProject.discover_include_roots(files, reader), files=files)
     analysis = Analysis(source, index)
     behind = behind_from_callgraph(analysis)

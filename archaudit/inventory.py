@@ -13,19 +13,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .callgraph.behind import BehindModule
-from .callgraph.jit import JitModule
-from .judge import Behind, ModuleRef, TuCache, _module_refs, _patch_plan, classify
+from .callgraph.jit import ARCH_UNKNOWN, JitModule, build_admits
+from .judge import Behind, ModuleRef, TuCache, classify, module_refs, patch_plan
 from .model import (BUILD_FLAGS, HARDWARE_BOUND, NVCC_FLAGS, PARTIAL, SOFTWARE_ONLY, UNRESOLVED, Diagnostic, Finding, Gate, Link,
                     internal_error)
-from .targets import CompileTarget, Gpu, Registry, admits_of_nvcc_flags
+from .targets import CompileTarget, Gpu, Registry
 
 ADMITTED = "admitted"
 # a sink whose sources or flags come from parameters is judged once per chain of calls binding them,
 # at most this many chains per sink and this many callers up
 MAX_VARIANTS = 64
 MAX_BINDING_DEPTH = 3
-# flag problems that leave the architectures a build targets unknown
-_ARCH_UNKNOWN = ("flags-unknown", "flags-arch")
 
 
 @dataclass
@@ -65,33 +63,9 @@ class ModuleRecord:
 def _open(jm: JitModule) -> bool:
     """Whether a module's sources or architecture flags still depend on a parameter of the function
     holding it (a module name or a -D value that does is no reason to look further)."""
-    why = [r for k, r in jm.unresolved if k.startswith("sources") or k in _ARCH_UNKNOWN]
+    why = [r for k, r in jm.unresolved if k.startswith("sources") or k in ARCH_UNKNOWN]
     why += [f.reason for f in jm.flag_items if f.kind == "unknown" and not f.text.startswith("-D")]
     return any("parameter" in r for r in why)
-
-
-def build_admits(jm: JitModule, reg: Registry) -> tuple[frozenset | None, str, list[tuple[str, int, str]]]:
-    """The GPUs a module's build gives code for, how that was established, and the flag sources
-    that fix it. None when the flags that choose the architectures could not be evaluated."""
-    arch_lists = [f for f in jm.flags if f.kind == "arch-list"]
-    hard = [f for f in jm.flags if f.kind == "hard-coded"]
-    unknown = [u for u in jm.unresolved if u[0] in _ARCH_UNKNOWN]
-    gates = [(f.path, f.line, f.kind) for f in arch_lists + hard]
-    if unknown:
-        return None, "unknown", gates
-    if jm.hard_coded_archs:
-        flags = [f"-gencode=arch=compute_{c.split('_', 1)[1]},code={c}" for c in jm.hard_coded_archs if "_" in c]
-        adm = admits_of_nvcc_flags(reg, flags)
-        return adm, "hard-coded" if adm is not None else "unknown", gates
-    if arch_lists:
-        if any(not f.majors for f in arch_lists):
-            return None, "unknown", gates
-        majors = {m for f in arch_lists for m in f.majors}
-        return frozenset(reg.with_major(majors)), "arch-list", gates
-    if any(f.kind == "unresolved" for f in jm.flags) or any(f.kind == "hard-coded" for f in jm.flags):
-        return None, "unknown", gates
-    # no architecture flag at all: the JIT compiles for the GPU it runs on
-    return reg.all, "default", gates
 
 
 class Inventory:
@@ -154,7 +128,7 @@ class Inventory:
         return done or [(jm, jm.function)]
 
     def _add(self, jm: JitModule, generator: str) -> None:
-        [ref] = _module_refs(self.analysis, [BehindModule(jm, "inventory", [], None)]).values()
+        [ref] = module_refs(self.analysis, [BehindModule(jm, "inventory", [], None)]).values()
         admits, how, gates = build_admits(jm, self.reg)
         gctx = self.analysis.graph.r.ctx(generator)
         node = gctx.node if gctx is not None else None
@@ -217,7 +191,7 @@ class Inventory:
         """A `build-flags` gate per generator whose hard-coded flags exclude a target, judged over
         the modules it builds; not where the gate scan already found the flags as an `nvcc-flags`
         gate in that function. With a patcher, a software-only or partial one gets the patch plan
-        that adds the target's -gencode at each build call (judge._patch_plan)."""
+        that adds the target's -gencode at each build call (judge.patch_plan)."""
         found = {g.function for g in gates if g.kind == NVCC_FLAGS}
         by_gen: dict[tuple[str, int, str], list[tuple[ModuleRecord, ModuleRef]]] = {}
         for rec, ref in zip(self.records, self.refs):
@@ -250,7 +224,7 @@ class Inventory:
                             f"{gpu.name}; compiled for {ct.name} instead: {f.reason}")
                 if patcher is not None and f.verdict in (SOFTWARE_ONLY, PARTIAL):
                     try:
-                        _patch_plan(f, g, gpu, behind, {}, patcher)
+                        patch_plan(f, g, gpu, behind, {}, patcher)
                     except Exception as e:  # noqa: BLE001 - the verdict stands; the patch is what is missing
                         self.problems.append(internal_error(gen[0], "patch planning", e, gen[1]))
                 findings.append(f)

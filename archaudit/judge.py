@@ -639,7 +639,7 @@ def _plan_all(pending: list, findings: list[Finding], by_place, patcher, fail) -
                 protected[gpu.name] = protected_functions(findings, by_place.values(), gpu.name)
             patcher.protected = protected[gpu.name]
             try:
-                _patch_plan(f, g, gpu, b, by_place, patcher, first=stopped)
+                patch_plan(f, g, gpu, b, by_place, patcher, first=stopped)
             except Exception as e:  # noqa: BLE001 - the verdict stands; the patch is what is missing
                 f.reason += "; " + fail(g, "patch planning", e)
     finally:
@@ -647,7 +647,7 @@ def _plan_all(pending: list, findings: list[Finding], by_place, patcher, fail) -
             patcher.protected = {}
 
 
-def _patch_plan(f: Finding, g: Gate, gpu: Gpu, b: Behind, by_place, patcher, first: list[Gate] = ()) -> None:
+def patch_plan(f: Finding, g: Gate, gpu: Gpu, b: Behind, by_place, patcher, first: list[Gate] = ()) -> None:
     """The gate's own patch plus one for each gate further down the chain that also excludes the
     target: the arch list feeding a module's nvcc flags, and the build call of a module whose
     hard-coded nvcc flags give no code for the target (its flags get the target's -gencode);
@@ -758,7 +758,7 @@ def behind_from_callgraph(analysis) -> BehindFn:
                     return Behind([], reason=conf.reason, no_gpu_code=True)
                 why += f"; not shown free of GPU code: {conf.reason}"
             return Behind([], reason=why, outside=outside)
-        refs = _module_refs(analysis, mods)
+        refs = module_refs(analysis, mods)
         # prebuilt code loaded on the way (cubins fetched at run time, downloaded .so files):
         # looked for in the gate's function, every function on a chain and each module's builder
         funcs = {gate.function} | {x.text for bm in mods for x in bm.chain if x.kind == "call"}
@@ -822,7 +822,7 @@ def _tests_at(analysis, path: str, line: int) -> list:
         return [("unknown", line, 1, "arch")]
 
 
-def _module_refs(analysis, mods) -> dict[str, ModuleRef]:
+def module_refs(analysis, mods) -> dict[str, ModuleRef]:
     """ModuleRefs for the JIT modules found behind a gate, one per module (and per flags binding)."""
     refs: dict[str, ModuleRef] = {}
     for bm in mods:
@@ -898,7 +898,7 @@ def _behind_runtime_check(analysis, gate: Gate) -> Behind:
             return Behind([], reason="a runtime check in a header: no translation unit that includes it "
                           + (f"({', '.join(units[:3])}) " if units else "in its directory ")
                           + "is compiled by a JIT module found in the scan")
-        refs = sorted(_module_refs(analysis, mods).values(), key=lambda r: r.name)
+        refs = sorted(module_refs(analysis, mods).values(), key=lambda r: r.name)
         for r in refs:
             r.guarded_function = gate.function
         return Behind(refs)
@@ -906,7 +906,7 @@ def _behind_runtime_check(analysis, gate: Gate) -> Behind:
         mods = analysis.behind.modules_compiling(gate.path, first)
     except RecursionError:
         mods = []
-    refs = sorted(_module_refs(analysis, mods).values(), key=lambda r: r.name) if mods else [
+    refs = sorted(module_refs(analysis, mods).values(), key=lambda r: r.name) if mods else [
         ModuleRef(gate.path.rsplit("/", 1)[-1], [gate.path], own_unit_only=True)]
     for r in refs:
         r.guarded_function = gate.function

@@ -241,7 +241,7 @@ class Patcher:
         self.held = []  # protected functions the gate's value is decided in (set by _scope_edits)
         if gate.kind == BUILD_FLAGS and not self._call_at(text, gate):
             # the inventory's gate at a generator's def: its flags are edited at the build call(s)
-            # the patch plan names (judge._patch_plan)
+            # the patch plan names (judge.patch_plan)
             return Patch(gate.path, None, "hard-coded nvcc flags: the patch edits them at the build call")
         if gate.kind == ARCH_LIST:
             edits = self._arch_list_edits(text, gate, gpu)
@@ -516,7 +516,7 @@ class Patcher:
         admitted set is what the call gave before plus what the added flag gives, which holds
         only if the JIT model reads that flag as an unconditional constant item of the call."""
         from .callgraph import Analysis
-        from .inventory import build_admits
+        from .callgraph.jit import build_admits
         from .python.index import Index
         from .targets import admits_of_nvcc_flags
 
@@ -1131,12 +1131,12 @@ def _cpp_check_edits(text: str, gate: Gate, reg: Registry, gpu: Gpu) -> list[tup
     line_start = sc.line_starts[gate.line - 1]
     line_end = body.find("\n", line_start)
     at = line_start + gate.col - 1
-    m = rc._CHECK_RE.match(body, at) or rc._IF_RE.match(body, at)
+    m = rc.CHECK_RE.match(body, at) or rc.IF_RE.match(body, at)
     if m is None:  # the column counts bytes, the text characters: look along the line
-        m = rc._CHECK_RE.search(body, line_start, line_end) or rc._IF_RE.search(body, line_start, line_end)
+        m = rc.CHECK_RE.search(body, line_start, line_end) or rc.IF_RE.search(body, line_start, line_end)
     if m is None:
         return []
-    close = rc._balanced(body, m.end() - 1)
+    close = rc.matching_paren(body, m.end() - 1)
     if close < 0:
         return []
     inner = body[m.end():close]
@@ -1147,7 +1147,7 @@ def _cpp_check_edits(text: str, gate: Gate, reg: Registry, gpu: Gpu) -> list[tup
         depth -= c in ")]}"
         if c == "," and depth == 0:
             cuts.append(i)
-    refusal = m.re is rc._IF_RE
+    refusal = m.re is rc.IF_RE
     suffix = None if refusal else m.group(2)
     first = inner[:cuts[0]] if cuts else inner
     c0 = m.end() + len(first) - len(first.lstrip())
@@ -1156,7 +1156,7 @@ def _cpp_check_edits(text: str, gate: Gate, reg: Registry, gpu: Gpu) -> list[tup
         if len(cuts) != 1:
             return []
         a_src, b_src = text[c0:c1], text[m.end() + cuts[0] + 1:close].strip()
-        cond_code = cond_src = f"{a_src} {rc._CMP_SUFFIX[suffix]} {b_src}"
+        cond_code = cond_src = f"{a_src} {rc.CMP_SUFFIX[suffix]} {b_src}"
     else:
         cond_code, cond_src = body[c0:c1], text[c0:c1]
     # the architecture operands the condition compares, each with what it is compared to
@@ -1207,7 +1207,7 @@ def _reevaluate_cpp(source: Source, gate: Gate, old_text: str, new_text: str) ->
 def reevaluate_gate(source: Source, gate: Gate, reg: Registry, py_files: list[str], path_based: bool):
     """The gate at gate's place after evaluating its function again over source, or None when
     no gate is there any more."""
-    from .python.gates import _to_gates
+    from .python.gates import to_gates
     from .python.index import Index
     from .python.interp import Interp
 
@@ -1225,7 +1225,7 @@ def reevaluate_gate(source: Source, gate: Gate, reg: Registry, py_files: list[st
         interp.report_function(mod, qual, nodes)
     else:
         interp.report_module(modname)
-    for g in _to_gates(interp.gates, lambda p: None):
+    for g in to_gates(interp.gates, lambda p: None):
         if (g.path, g.line) == (gate.path, gate.line):
             return g
     return None

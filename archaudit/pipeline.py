@@ -9,18 +9,19 @@ reuses it after checking that one file.
 """
 from __future__ import annotations
 
-import gc
 import os
 import re
-import sys
 import threading
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from .cache import Cache
+from .children import die_with_parent
 from .model import Diagnostic, Finding, Gate
+from .progress import adapt_progress
+from .runtime import default_workers, gc_paused, run_with_big_stack
+from .scancache import inputs_unchanged
 from .sources import Distribution, Source, SourceError, WheelSource, open_source
 from .targets import Registry, TargetRequest, registry
 
@@ -33,7 +34,7 @@ Progress = Callable[..., None]
 CPP_SUFFIXES = (".cu", ".cuh", ".h", ".hpp", ".cc", ".cpp", ".cxx", ".inl")
 
 
-class _Reader:
+class SourceReader:
     """The CUDA side's reader protocol over a Source: bytes or None, never an exception."""
 
     def __init__(self, source: Source):
@@ -89,77 +90,6 @@ def package_resolver(source: Source, dists: list[Distribution]) -> Callable[[str
     return package_of
 
 
-# young objects left by a paused stretch beyond which they are frozen rather than collected
-# (small scans, as in the tests, are collected as usual: freezing would keep their cycles)
-FREEZE_AFTER_OBJECTS = 2_000_000
-
-
-@contextmanager
-def gc_paused():
-    """Pause the cyclic garbage collector while analysing. The IR and the interpreter's values
-    are millions of long-lived objects without cycles; the collector's repeated passes over them
-    made parsing 2.3x slower (31 MB of sglang: 56 s -> 24 s CPU) for nothing it could free.
-    Reference counting still frees everything not in a cycle. Re-entrant.
-    On leaving, a large heap is frozen first (gc.freeze: exempt from collection, still freed
-    by reference counting): otherwise the next collection walks all of it once more (about
-    50 s after a full scan, inside the report formatter)."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            if gc.get_count()[0] > FREEZE_AFTER_OBJECTS:
-                gc.freeze()
-            gc.enable()
-
-
-
-def run_with_big_stack(fn):
-    """Run fn in a thread with a large stack: the tree walks and the interpreter recurse deeply
-    on pathological inputs, and a RecursionError is far better than a C stack overflow."""
-    box: dict = {}
-
-    def target():
-        try:
-            with gc_paused():
-                box["value"] = fn()
-        except BaseException as e:  # re-raised in the caller's thread
-            box["error"] = e
-
-    old = threading.stack_size()
-    threading.stack_size(512 * 1024 * 1024)
-    try:
-        t = threading.Thread(target=target, name="archaudit-analysis")
-        t.start()
-    finally:
-        threading.stack_size(old)
-    t.join()
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
-
-
-def default_workers() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
-
-
-def _adapt_progress(progress) -> Progress:
-    """Callbacks that take only the message still work (counts are dropped for them)."""
-    if progress is None:
-        return lambda msg, done=None, total=None: None
-    import inspect
-
-    try:
-        inspect.signature(progress).bind("", 0, 0)
-        return progress
-    except (TypeError, ValueError):
-        return lambda msg, done=None, total=None: progress(msg)
-
-
 def _open_cache(cache) -> Cache | None:
     if cache is None or cache is False:
         return None
@@ -182,7 +112,7 @@ def _scan(path, targets, reg, progress, cache, workers) -> ScanResult:
 
     reg = reg or registry()
     t0 = time.perf_counter()
-    say = _adapt_progress(progress)
+    say = adapt_progress(progress)
     workers = default_workers() if workers is None else max(1, int(workers))
     source = open_source(path)
     say(f"listing {source.label}")
@@ -261,7 +191,7 @@ def _scan(path, targets, reg, progress, cache, workers) -> ScanResult:
     say("looking for architecture checks in C++ host code")
     cpp_gates = rc_job.result() if rc_job is not None else None
     if cpp_gates is None:
-        cpp_gates = scan_runtime_checks(_Reader(source), cpp_files)
+        cpp_gates = scan_runtime_checks(SourceReader(source), cpp_files)
     pkg_of = package_resolver(source, dists)
     for g in cpp_gates:
         g.package = pkg_of(g.path)
@@ -330,7 +260,7 @@ def _scan(path, targets, reg, progress, cache, workers) -> ScanResult:
         cache=info,
         work={"parses": index.parses, "modules_parsed": index.parsed_count},
     )
-    if store is not None and fp is not None and _inputs_unchanged(source, fp):
+    if store is not None and fp is not None and inputs_unchanged(source, fp):
         payload = {"gates": result.gates, "diagnostics": result.diagnostics, "findings": result.findings,
                    "modules": result.modules,
                    "stats": {k: v for k, v in stats.items() if k != "seconds"}, "names": gscan.names}
@@ -343,60 +273,6 @@ def _scan(path, targets, reg, progress, cache, workers) -> ScanResult:
         _save_run(store, rkey, fp, key, tnames, payload)
         info.update(store.stats())
     return result
-
-
-def input_fingerprint(path, store: Cache, workers: int | None = None, progress: Progress | None = None):
-    """(source, fingerprint) of a scan root's inputs, taken the way scan takes them (trusting the
-    previous scan's stat snapshot; nothing is written): what a command whose output depends on the
-    inputs alone, not on a scan's result (the whole call graph), keys its stored output by.
-    fingerprint.key([]) is the key a scan without targets stores its result under."""
-    from .scancache import fingerprint, run_key
-
-    say = _adapt_progress(progress)
-    workers = default_workers() if workers is None else max(1, int(workers))
-    source = open_source(path)
-    files = source.files()
-    prev = store.get("run", run_key(source))
-    fp = fingerprint(source, files, prev if isinstance(prev, dict) else None, workers, say)
-    return source, fp
-
-
-def inputs_unchanged(source: Source, fp) -> bool:
-    """Are the inputs still those fingerprinted (nothing changed while a command ran)?"""
-    return _inputs_unchanged(source, fp)
-
-
-# how often a worker without PR_SET_PDEATHSIG looks whether its parent is still there
-PARENT_POLL_S = 0.5
-
-
-def die_with_parent(parent: int) -> None:
-    """In a worker process: end it when `parent` (the pid of the process that started it, taken
-    there) ends, however that ends. A killed scan otherwise left its workers blocked on pipes
-    nobody writes (their own fork holds the write ends) or still working, holding their memory.
-    Linux: PR_SET_PDEATHSIG, the kernel sends SIGKILL (the thread that forked must stay alive: the
-    scan's pools are forked by the thread that runs scan() and closed before it returns).
-    Elsewhere: a daemon thread polls getppid(). Either way, a parent already gone means exit now."""
-    import signal
-
-    armed = False
-    if sys.platform.startswith("linux"):
-        try:
-            import ctypes
-
-            libc = ctypes.CDLL(None, use_errno=True)
-            armed = libc.prctl(1, int(signal.SIGKILL), 0, 0, 0) == 0  # 1: PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            armed = False
-    if os.getppid() != parent:  # died before the signal was armed: nobody would send it
-        os._exit(1)
-    if not armed:
-        def watch() -> None:
-            while os.getppid() == parent:
-                time.sleep(PARENT_POLL_S)
-            os._exit(1)
-
-        threading.Thread(target=watch, name="archaudit-parent-watch", daemon=True).start()
 
 
 def _background(parent: int) -> None:
@@ -451,7 +327,7 @@ def _runtime_checks_worker(source: Source, cpp_files: list[str]):
     """In a forked process: the checks, and what reading the files told the Source."""
     from .cuda.runtime_checks import scan_runtime_checks
 
-    return _with_reads(source, lambda: scan_runtime_checks(_Reader(source), cpp_files))
+    return _with_reads(source, lambda: scan_runtime_checks(SourceReader(source), cpp_files))
 
 
 # In the forked CUDA worker: its CudaProject (set by _cuda_warm, used by _cuda_analyse).
@@ -496,7 +372,7 @@ def _cuda_warm(files: list[str], py_files: list[str]) -> int:
     from .parsing.screen import binary_problem
 
     source, stop = _CUDA["source"], _CUDA["stop"]
-    reader = _Reader(source)
+    reader = SourceReader(source)
     project = CudaProject(reader, CudaProject.discover_include_roots(files, reader), files=files)
     _CUDA["project"] = project
     named: set[bytes] = set()
@@ -862,25 +738,6 @@ def _same_run(prev: dict | None, fp, key: str, tnames: list[str]) -> bool:
             and all(st is old.get(p) for p, st in fp.files.items()))
 
 
-def _inputs_unchanged(source: Source, fp) -> bool:
-    """Did any input change while we scanned? Then the result must not be stored under the
-    fingerprint taken before the scan."""
-    from .sources import DirSource
-
-    if not isinstance(source, DirSource):
-        return True
-    for p, st in fp.files.items():
-        if st.mtime_ns == 0:
-            continue
-        try:
-            cur = os.stat(os.path.join(str(source.root), p))
-        except OSError:
-            return False
-        if not st.same_stat(cur):
-            return False
-    return True
-
-
 def _cutoff(source: Source, fp, prev: dict | None, store: Cache, tnames: list[str]) -> dict | None:
     """The previous result, if every changed file provably cannot change it (see scancache)."""
     from .python.gates import cutoff_view
@@ -958,7 +815,7 @@ def judge_scan(source: Source, files: list[str], index: Index, gates: list[Gate]
     from .judge import TuCache, behind_from_callgraph, judge_gates, tests_before_from_callgraph
     from .patch import Patcher, module_binding, reevaluate_gate
 
-    reader = _Reader(source)
+    reader = SourceReader(source)
     say("finding include roots")
     project = CudaProject(reader, CudaProject.discover_include_roots(files, reader), files=files)
     py_files = [f for f in files if f.endswith(".py")]

@@ -6,8 +6,10 @@ so short scans print nothing.
 """
 from __future__ import annotations
 
+import inspect
 import time
 from contextlib import contextmanager
+from typing import Callable
 
 
 @contextmanager
@@ -48,3 +50,14 @@ def scan_progress(console, enabled: bool, delay: float = 1.0):
     finally:
         if started:
             bar.stop()
+
+
+def adapt_progress(progress) -> Callable[..., None]:
+    """Callbacks that take only the message still work (counts are dropped for them)."""
+    if progress is None:
+        return lambda msg, done=None, total=None: None
+    try:
+        inspect.signature(progress).bind("", 0, 0)
+        return progress
+    except (TypeError, ValueError):
+        return lambda msg, done=None, total=None: progress(msg)

@@ -7,7 +7,7 @@ listing with what listing it reported, the bytes of the files, and the targets. 
   mtime, ctime, inode unchanged, and modified well before that snapshot was taken, the way git
   guards against "racy" files) -> the result key -> the stored result. Nothing is read or parsed.
 - one file changed: only that file is read and hashed. If the change cannot affect the analysis
-  (early cutoff: see `cutoff_ok`), the previous result is the answer; otherwise the scan runs.
+  (early cutoff: pipeline's `_cutoff`), the previous result is the answer; otherwise the scan runs.
 - cold: every input is read and hashed (in worker processes when there is enough to do).
 
 A change is proven irrelevant only when the old bytes can be rebuilt exactly (the previous run
@@ -25,7 +25,11 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
 from .cache import Cache, digest, digest_file, key_of
-from .sources import MAX_FILE_BYTES, DirSource, Source, WheelSource
+from .children import die_with_parent
+from .progress import adapt_progress
+from .python.pybytes import split_trailer
+from .runtime import default_workers
+from .sources import MAX_FILE_BYTES, DirSource, Source, WheelSource, open_source
 
 # a stat entry is trusted only for files last modified this long before the snapshot
 RACY_NS = 2_000_000_000
@@ -33,28 +37,6 @@ RACY_NS = 2_000_000_000
 PARALLEL_MIN_BYTES = 24 * 1024 * 1024
 # early cutoff is tried for at most this many changed files
 CUTOFF_MAX_FILES = 16
-
-
-def is_input(path: str) -> bool:
-    """Does the scan's result depend on this file's bytes (not only on its name)? Every file:
-    Python and metadata for the gates, C/C++/CUDA sources for runtime checks and verdicts,
-    prebuilt binaries for binary-only verdicts."""
-    return True
-
-
-def split_trailer(data: bytes) -> int:
-    """Offset where the trailing run of blank and comment-only lines starts (the whole file:
-    0). Only a hint for rebuilding old bytes; the cutoff check verifies everything."""
-    pos = len(data)
-    while pos > 0:
-        nl = data.rfind(b"\n", 0, pos)
-        line = data[nl + 1 : pos].strip()
-        if line and not line.startswith(b"#"):
-            return pos
-        if nl < 0:
-            return 0
-        pos = nl
-    return 0
 
 
 @dataclass
@@ -126,8 +108,6 @@ def read_in_workers(root: str, todo: list[str], workers: int, want_state: bool, 
             # re-run an unguarded __main__ script of a library user in every worker
             methods = multiprocessing.get_all_start_methods()
             ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-            from .pipeline import die_with_parent
-
             with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=die_with_parent,
                                      initargs=(os.getpid(),)) as ex:
                 n = len(chunks)
@@ -210,7 +190,9 @@ def fingerprint(source: Source, files: list[str], previous: dict | None, workers
             fp.hashed += 1
         fp.whole = fp.files[""].hash
         return fp
-    inputs = [p for p in files if is_input(p)]
+    # every file is an input: Python and metadata for the gates, C/C++/CUDA sources for runtime
+    # checks and verdicts, prebuilt binaries for binary-only verdicts
+    inputs = files
     if not isinstance(source, DirSource):  # any other Source: read through it
         for p in inputs:
             data = source.read(p)
@@ -254,3 +236,34 @@ def rebuild_old(new: bytes, old: FileState) -> bytes | None:
         return None
     data = new[: old.code_end] + old.trailer
     return data if digest(data) == old.hash else None
+
+
+def input_fingerprint(path, store: Cache, workers: int | None = None, progress=None):
+    """(source, fingerprint) of a scan root's inputs, taken the way scan takes them (trusting the
+    previous scan's stat snapshot; nothing is written): what a command whose output depends on the
+    inputs alone, not on a scan's result (the whole call graph), keys its stored output by.
+    fingerprint.key([]) is the key a scan without targets stores its result under."""
+    say = adapt_progress(progress)
+    workers = default_workers() if workers is None else max(1, int(workers))
+    source = open_source(path)
+    files = source.files()
+    prev = store.get("run", run_key(source))
+    fp = fingerprint(source, files, prev if isinstance(prev, dict) else None, workers, say)
+    return source, fp
+
+
+def inputs_unchanged(source: Source, fp) -> bool:
+    """Are the inputs still those fingerprinted (nothing changed while a scan or command ran)?
+    When one changed, the result must not be stored under the fingerprint taken before."""
+    if not isinstance(source, DirSource):
+        return True
+    for p, st in fp.files.items():
+        if st.mtime_ns == 0:
+            continue
+        try:
+            cur = os.stat(os.path.join(str(source.root), p))
+        except OSError:
+            return False
+        if not st.same_stat(cur):
+            return False
+    return True

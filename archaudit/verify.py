@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Callable
 
 from .children import ending_with_us
-from .cuda.preproc import _UNKNOWN_VALUE
+from .cuda.preproc import UNKNOWN_VALUE
 from .model import HARDWARE_BOUND, PARTIAL, SOFTWARE_ONLY
 
 CONFIRMED, REFUTED, NOT_VERIFIED = "confirmed", "refuted", "not verified"
@@ -701,7 +701,7 @@ def verify(root: str, candidates: list[Candidate], reg, gpu_name: str, target: s
         checks.append(check)
         ctrl = control_target(r, reg, target)
         # a -D whose value the scan could not fix (a parameter, flags of alternative branches)
-        unknown = sorted(k for k, v in r.defines.items() if v == _UNKNOWN_VALUE)
+        unknown = sorted(k for k, v in r.defines.items() if v == UNKNOWN_VALUE)
         for src in r.sources:
             tu = TuCheck(src, None)
             check.tus.append(tu)

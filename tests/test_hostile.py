@@ -472,7 +472,7 @@ def test_real_tus_stay_well_inside_the_preprocessing_budgets(sp072, reg, monkeyp
     # the two TUs of flashinfer 0.7.2 whose walks take the most work (CUTLASS included)
     from archaudit.cuda import preproc
     from archaudit.cuda.tu import CudaProject
-    from archaudit.pipeline import _Reader
+    from archaudit.pipeline import SourceReader
     from archaudit.sources import open_source
 
     spent_by_condition = []
@@ -488,7 +488,7 @@ def test_real_tus_stay_well_inside_the_preprocessing_budgets(sp072, reg, monkeyp
     monkeypatch.setattr(preproc.Preprocessor, "expand", expand)
     src = open_source(sp072)
     files = src.files()
-    reader = _Reader(src)
+    reader = SourceReader(src)
     proj = CudaProject(reader, CudaProject.discover_include_roots(files, reader), files=files)
     target = reg.compile_target(reg.parse("sm_120"))
     for rel in ("flashinfer/data/csrc/fmhaReduction.cu",

@@ -5,7 +5,7 @@ import pytest
 
 from archaudit.callgraph import Analysis
 from archaudit.callgraph.flags import defines_of, hard_coded_archs
-from archaudit.cuda.preproc import _UNKNOWN_VALUE
+from archaudit.cuda.preproc import UNKNOWN_VALUE
 from archaudit.judge import behind_from_callgraph
 from archaudit.model import Gate
 from conftest import FIXTURES
@@ -60,7 +60,7 @@ def test_arch_list_flags_and_define_values_from_parameters(fx):
         ("unknown", "-DJITPKG_HEAD={tile * 2}")]
     assert m.hard_coded_archs is None  # the architectures come from the arch list
     # defined, value not constant: the preprocessor's unknown value
-    assert m.defines == {**DEFAULTS, "JITPKG_TILE": _UNKNOWN_VALUE, "JITPKG_HEAD": _UNKNOWN_VALUE, "JITPKG_ARCH_LIST": "1",
+    assert m.defines == {**DEFAULTS, "JITPKG_TILE": UNKNOWN_VALUE, "JITPKG_HEAD": UNKNOWN_VALUE, "JITPKG_ARCH_LIST": "1",
                          "JITPKG_TILED": "1"}
     assert m.unresolved == [("flags-define-value", "-DJITPKG_TILE={tile}: parameter: tile"),
                             ("flags-define-value", "-DJITPKG_HEAD={tile * 2}: parameter: tile")]

@@ -4,7 +4,7 @@ import pytest
 
 from archaudit.callgraph import Analysis
 from archaudit.callgraph.consteval import Alt, PathV, Some, Unknown, alt
-from archaudit.cuda.preproc import _UNKNOWN_VALUE
+from archaudit.cuda.preproc import UNKNOWN_VALUE
 from conftest import FIXTURES
 
 ROOT = FIXTURES / "jitvalues"
@@ -46,7 +46,7 @@ def test_manifest_records(fx):
     assert flags(m) == [("flag", "-DREC_ALPHA"), ("flag", "--use_fast_math"), ("flag", "-DREC_BETA"),
                         ("unknown", "-DTILE={128|64}"), ("flag", "-DWARPS=4")]
     # TILE is 128 for one record and 64 for the other: defined, its value not known
-    assert m.defines == {"TILE": _UNKNOWN_VALUE, "REC_ALPHA": "1", "REC_BETA": "1", "WARPS": "4"}
+    assert m.defines == {"TILE": UNKNOWN_VALUE, "REC_ALPHA": "1", "REC_BETA": "1", "WARPS": "4"}
     assert m.unresolved == [
         ("name", "not constant: parameter: name"),
         ("flags-define-value", '-DTILE={128|64}: one of several values: -DTILE=128, -DTILE=64 (if one of the values of '
@@ -77,7 +77,7 @@ def test_manifest_opened_and_missing(fx):
 def test_dicts_and_lists_changed_in_place(fx):
     m = fx["selector"]  # selector["SINK"] = int(has_sink) under an if
     assert flags(m) == [("flag", "-DSEL_CAUSAL=1"), ("unknown", "-DSEL_SINK={v}")]
-    assert m.defines == {"SEL_SINK": _UNKNOWN_VALUE, "SEL_CAUSAL": "1"}
+    assert m.defines == {"SEL_SINK": UNKNOWN_VALUE, "SEL_CAUSAL": "1"}
     # flags appended in a loop: each iteration's key with its own value
     assert flags(fx["loop_flags"]) == [("flag", "-DLOOP_TILE=64"), ("flag", "-DLOOP_STAGES=3")]
     # a change not modelled (pop) makes the value unknown, never the dict as first built

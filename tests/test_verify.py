@@ -393,11 +393,11 @@ def test_define_of_unknown_value_is_not_compiled(monkeypatch, reg):
     """A -D whose value the scan could not fix (flags of alternative branches) makes no compile."""
     from types import SimpleNamespace
 
-    from archaudit.cuda.preproc import _UNKNOWN_VALUE
+    from archaudit.cuda.preproc import UNKNOWN_VALUE
 
     monkeypatch.setattr(V, "compile_tu", lambda *a: pytest.fail("compiled"))
     rec = SimpleNamespace(name="kda", generator=("k.py", 3, "gen"), sources=["pkg/k.cu"], build_admits=frozenset({"sm_100"}),
-                          include_paths=[], defines={"TARGET_MINOR": _UNKNOWN_VALUE}, cuda_flags=[],
+                          include_paths=[], defines={"TARGET_MINOR": UNKNOWN_VALUE}, cuda_flags=[],
                           verdicts={"sm_120": {"verdict": "hardware-bound", "reason": "r"}})
     [c] = V.verify(str(FIXTURES), [V.Candidate(rec, "hardware-bound", "r")], reg, "sm_120", "sm_120f",
                    V.Tools("nvcc", "v"), lambda top: [])

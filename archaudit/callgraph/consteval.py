@@ -444,7 +444,7 @@ class ConstEval:
                     continue
                 for item in items:
                     e2 = dict(e)
-                    _assign(lp.f["target"], item, e2)
+                    assign_target(lp.f["target"], item, e2)
                     nxt.append(e2)
                     if len(nxt) > MAX_ITEMS:
                         break
@@ -670,7 +670,7 @@ class ConstEval:
                     isure = sure and not isinstance(it, (Alt, Some))
                     for item in items:
                         e2 = dict(e)
-                        _assign(a, item, e2)
+                        assign_target(a, item, e2)
                         nxt.append((e2, isure))
                 else:
                     t = self.truth(ctx, a, e, depth + 1)
@@ -1370,14 +1370,14 @@ def _join(base, parts):
     return out
 
 
-def _assign(target: N, value, env: dict) -> None:
+def assign_target(target: N, value, env: dict) -> None:
     if target.k == "name":
         env[target.f["id"]] = value
     elif target.k in ("tuple", "list"):
         elts = target.f["elts"]
         if isinstance(value, (list, tuple)) and len(value) == len(elts):
             for t, v in zip(elts, value):
-                _assign(t, v, env)
+                assign_target(t, v, env)
         else:
             # an unknown value's reason is kept; one of several (Alt) is not split: its parts go together
             for t in elts:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..parsing.python_ir import N
-from .consteval import (Alt, ConstEval, FuncV, ModV, PathV, Some, Unknown, _assign as assign, _dotted, flatten_values,
+from ..parsing.python_ir import N, dotted_name
+from .consteval import (Alt, ConstEval, FuncV, ModV, PathV, Some, Unknown, assign_target, flatten_values,
                         stmts_with_loops, unstar)
 from .resolve import Ctx, Resolver, iter_stmts
 
@@ -91,7 +91,7 @@ class FlagEval:
             if last in self.r.rules.arch_flag_functions:
                 return [Flag(_text(ctx, n), "arch-list", _cond(cond), ctx.mod.path, n.line)]
             if len(n.f["args"]) == 1 and (fn.k == "name" and last in ("list", "tuple", "sorted", "set")
-                                          or _dotted(fn) == "dict.fromkeys"):
+                                          or dotted_name(fn) == "dict.fromkeys"):
                 return self._walk(ctx, n.f["args"][0], cond, depth + 1, seen)  # same flags, deduplicated or not
             if fn.k == "attr" and last == "copy" and not n.f["args"]:
                 return self._walk(ctx, fn.f["value"], cond, depth + 1, seen)
@@ -118,12 +118,12 @@ class FlagEval:
         for item in self._walk(ctx, it, cond, depth + 1, seen):
             env: dict = {}
             if item.kind == "flag":
-                assign(target, item.text, env)
+                assign_target(target, item.text, env)
             elif body.k == "name" and target.k == "name" and body.f["id"] == target.f["id"] and not tests:
                 out.append(item)  # the items themselves (arch-list flags kept as they are)
                 continue
             else:
-                assign(target, Unknown("loop-variable", f"over {item.text}" + (f" ({item.reason})" if item.reason else "")), env)
+                assign_target(target, Unknown("loop-variable", f"over {item.text}" + (f" ({item.reason})" if item.reason else "")), env)
             extra = tuple(dict.fromkeys(c for c in item.condition.split(" and ") if c)) if item.condition else ()
             keep = True
             for t in tests:

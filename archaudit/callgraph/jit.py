@@ -13,9 +13,10 @@ import itertools
 import re
 from dataclasses import dataclass, field
 
-from ..cuda.preproc import _UNKNOWN_VALUE as UNKNOWN_VALUE
+from ..cuda.preproc import UNKNOWN_VALUE
 from ..parsing.python_ir import N
 from ..python.index import function_at_line
+from ..targets import Registry, admits_of_nvcc_flags
 from .consteval import RAISES, Alt, ConstEval, PathV, Unknown, flatten_values
 from .generated import Generated, text_keys
 from .flags import Flag, FlagEval, bind_args, defines_of, hard_coded_archs, is_arch_flag, unknown_defines
@@ -676,3 +677,31 @@ def _dedup(xs: list) -> list:
 def _text(ctx: Ctx, n: N) -> str:
     t = " ".join(ctx.mod.parsed.text(n).split())
     return t if len(t) <= 120 else t[:117] + "..."
+
+
+# flag problems that leave the architectures a build targets unknown
+ARCH_UNKNOWN = ("flags-unknown", "flags-arch")
+
+
+def build_admits(jm: JitModule, reg: Registry) -> tuple[frozenset | None, str, list[tuple[str, int, str]]]:
+    """The GPUs a module's build gives code for, how that was established, and the flag sources
+    that fix it. None when the flags that choose the architectures could not be evaluated."""
+    arch_lists = [f for f in jm.flags if f.kind == "arch-list"]
+    hard = [f for f in jm.flags if f.kind == "hard-coded"]
+    unknown = [u for u in jm.unresolved if u[0] in ARCH_UNKNOWN]
+    gates = [(f.path, f.line, f.kind) for f in arch_lists + hard]
+    if unknown:
+        return None, "unknown", gates
+    if jm.hard_coded_archs:
+        flags = [f"-gencode=arch=compute_{c.split('_', 1)[1]},code={c}" for c in jm.hard_coded_archs if "_" in c]
+        adm = admits_of_nvcc_flags(reg, flags)
+        return adm, "hard-coded" if adm is not None else "unknown", gates
+    if arch_lists:
+        if any(not f.majors for f in arch_lists):
+            return None, "unknown", gates
+        majors = {m for f in arch_lists for m in f.majors}
+        return frozenset(reg.with_major(majors)), "arch-list", gates
+    if any(f.kind == "unresolved" for f in jm.flags) or any(f.kind == "hard-coded" for f in jm.flags):
+        return None, "unknown", gates
+    # no architecture flag at all: the JIT compiles for the GPU it runs on
+    return reg.all, "default", gates

@@ -261,7 +261,7 @@ def _ptx_hits(text: str) -> tuple[tuple[str, int, str], ...]:
 
 # --- extraction ----------------------------------------------------------------------------------
 
-_STOP = frozenset(
+STOP_WORDS = frozenset(
     """if else for while do switch case default break continue return goto sizeof alignof decltype
     typedef typename template using namespace class struct union enum public private protected
     virtual override final static const constexpr volatile inline extern mutable auto void bool
@@ -504,7 +504,7 @@ def extract(path: str, data: bytes | str) -> FileFacts:
             words = findall(body, ss, se)
             if words:
                 tokens.setdefault((idx, rid), set()).update(words)
-    frozen = {k: frozenset(v - _STOP) for k, v in tokens.items()}
+    frozen = {k: frozenset(v - STOP_WORDS) for k, v in tokens.items()}
     quals: dict[int, set] = {}
     for at, q in _qualified(body):
         quals.setdefault(st.top_owner_at(at), set()).add(q)

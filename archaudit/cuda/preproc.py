@@ -123,7 +123,7 @@ def nv_query_condition(query: str) -> str:
         m = pat.match(q)
         if m:
             return cond.replace("{N}", m.groupdict().get("N") or "")
-    return _UNKNOWN_VALUE
+    return UNKNOWN_VALUE
 
 
 def _close_paren(body: str, open_: int) -> int:
@@ -415,7 +415,7 @@ def _simple_defined(text: str):
     return (bool(m.group(1)), m.group(2)) if m else None
 
 
-class _Val:
+class Operand:
     """An already evaluated operand inside a token list (from defined(), or an unknown macro)."""
 
     __slots__ = ("v",)
@@ -427,7 +427,7 @@ class _Val:
         return f"<{self.v}>"
 
 
-_UNKNOWN = _Val(None)
+_UNKNOWN = Operand(None)
 
 
 def parse_int(tok: str) -> int | None:
@@ -457,7 +457,7 @@ MAX_EXPR_DEPTH = 256
 _INT_MIN, _INT_END = -(1 << 63), 1 << 64
 
 
-class _Parser:
+class ExprParser:
     """Pratt evaluator over expanded tokens; values are int or None (unknown)."""
 
     def __init__(self, toks: list):
@@ -534,7 +534,7 @@ class _Parser:
             return None
         t = self.toks[self.i]
         self.i += 1
-        if isinstance(t, _Val):
+        if isinstance(t, Operand):
             return t.v
         if t == "(":
             v = self.expr(0)
@@ -727,7 +727,7 @@ HOST_ENV_UNDEFINED = frozenset(
     "__ibmxl__ __IBMCPP__ __xlC__ __SYCL_DEVICE_ONLY__ __has_feature __has_extension __is_identifier "
     "__has_declspec_attribute _NVHPC_CUDA __NVCOMPILER_CUDA__".split()
 )
-_UNKNOWN_VALUE = "__archaudit_unknown_value__"
+UNKNOWN_VALUE = "__archaudit_unknown_value__"
 
 # Macros owned by headers outside the package (toolkit, torch, tvm-ffi ...): UNKNOWN when not
 # defined by what the walk saw and an external header was included before the test.
@@ -750,7 +750,7 @@ def _name_kind(name: str) -> int:
         k = 0
         if _COMPILER_OWNED.match(name) or name in HOST_ENV_UNDEFINED or name.startswith(("__cpp_", "_LIBCPP")):
             k |= _K_UNDEFINED
-        if name == _UNKNOWN_VALUE:
+        if name == UNKNOWN_VALUE:
             k |= _K_UNKNOWN
         if _EXTERNAL_OWNED.match(name):
             k |= _K_EXTERNAL
@@ -892,7 +892,7 @@ class Preprocessor:
         for name, (params, body) in (functions or {}).items():
             self.macros[name] = Macro(tuple(params), tokenize(body), True, True, body, ("<nvcc>", 0))
         for k, v in HOST_ENV_DEFINED.items():
-            self.macros.setdefault(k, Macro(None, (str(v) if v is not None else _UNKNOWN_VALUE,), True, False, str(v), ("<host>", 0)))
+            self.macros.setdefault(k, Macro(None, (str(v) if v is not None else UNKNOWN_VALUE,), True, False, str(v), ("<host>", 0)))
         self.macros.update(macros_from_defines(defines))
         self.shadow: set[str] = set()  # names #defined/#undef'd in skipped arch-dependent regions
         self.pkg_names: set[str] = set()  # names #defined by the package files walked so far
@@ -931,7 +931,7 @@ class Preprocessor:
         """Macro-expand a token list for #if: proper rescanning (a replacement is spliced back in
         front of the remaining input, so `F(x)(y)` and names produced by `##` work), hide sets per
         token against recursion, `defined` and `__has_include` handled before expansion.
-        Returns strings (operators, leftover identifiers) and _Val operands."""
+        Returns strings (operators, leftover identifiers) and Operand operands."""
         work = deque((t, hide) if isinstance(t, str) else (t, hide) for t in toks)
         out: list = []
         macros = self.macros
@@ -953,15 +953,15 @@ class Preprocessor:
                             work.popleft()
                 elif work:
                     name = work.popleft()[0]
-                out.append(_Val(self._defined(name)) if isinstance(name, str) else _UNKNOWN)
+                out.append(Operand(self._defined(name)) if isinstance(name, str) else _UNKNOWN)
                 continue
             c = t[0]
             if c.isdigit() or (c == "." and len(t) > 1):
                 v = parse_int(t)
-                out.append(_Val(v) if v is not None else _UNKNOWN)
+                out.append(Operand(v) if v is not None else _UNKNOWN)
                 continue
             if c == "'" or (len(t) > 1 and t[1] == "'"):
-                out.append(_Val(_char_value(t)))
+                out.append(Operand(_char_value(t)))
                 continue
             if not (c.isalpha() or c == "_"):
                 out.append(t)
@@ -970,12 +970,12 @@ class Preprocessor:
             reads[t] = m
             if m is None or t in hs:
                 if t == "true":
-                    out.append(_Val(1))
+                    out.append(Operand(1))
                 elif t == "false":
-                    out.append(_Val(0))
+                    out.append(Operand(0))
                 elif t in ("__has_include", "__has_include_next"):
                     arg = _take_call(work)
-                    out.append(_Val(self._has_include([x for x, _ in arg])) if arg is not None else _UNKNOWN)
+                    out.append(Operand(self._has_include([x for x, _ in arg])) if arg is not None else _UNKNOWN)
                 else:
                     if t in self.arch_defined or t in self.shadow or _name_kind(t) & _K_ARCH_FAMILY:
                         self._taint = True
@@ -988,7 +988,7 @@ class Preprocessor:
                         _take_call(work)
                         out.append(_UNKNOWN)
                     else:
-                        out.append(_UNKNOWN if pol is None else _Val(0))
+                        out.append(_UNKNOWN if pol is None else Operand(0))
                 continue
             if m.tainted:
                 self._taint = True
@@ -1000,7 +1000,7 @@ class Preprocessor:
                 work.extendleft((bt, nh) for bt in reversed(m.body))
                 continue
             if not work or work[0][0] != "(":
-                out.append(_Val(0))  # a function-like macro's bare name is a plain identifier: 0
+                out.append(Operand(0))  # a function-like macro's bare name is a plain identifier: 0
                 continue
             args = _take_args(work)
             if args is None:
@@ -1262,7 +1262,7 @@ class Preprocessor:
         toks = self.expand(raw)
         if toks is None:
             return None, self._taint
-        p = _Parser(toks)
+        p = ExprParser(toks)
         v = p.parse()
         if p.too_deep:
             self._budget_hit = f"#if expression nested deeper than {MAX_EXPR_DEPTH} levels; condition left undecided"
@@ -1365,7 +1365,7 @@ class Preprocessor:
                 old = macros.get(name)
                 toks = tokenize(body)
                 if too_long(toks):
-                    toks = (_UNKNOWN_VALUE,)  # a body too long to read: its value is unknown
+                    toks = (UNKNOWN_VALUE,)  # a body too long to read: its value is unknown
                 new = Macro(params, toks, state is True, cur_taints[cur], body, (path, line))
                 if state is None and old is not None and old.certain and old.params == params and old.body == new.body:
                     new.certain = True

@@ -28,15 +28,15 @@ from ..model import CPP_RUNTIME_CHECK, Gate
 from ..parsing import cpp
 from ..python.pybytes import WORD_BYTE
 from ..targets import registry
-from .preproc import _Parser, _Val, parse_int, tokenize
+from .preproc import ExprParser, Operand, parse_int, tokenize
 
 CHECK_MACROS = ("FLASHINFER_CHECK", "TORCH_CHECK", "TVM_FFI_ICHECK", "TVM_FFI_CHECK", "TLLM_CHECK",
                 "TLLM_CHECK_WITH_INFO", "CHECK", "FI_CHECK", "TORCH_INTERNAL_ASSERT")
-_CMP_SUFFIX = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
-_CHECK_RE = re.compile(
+CMP_SUFFIX = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
+CHECK_RE = re.compile(
     r"\b(" + "|".join(CHECK_MACROS) + r")(?:_(EQ|NE|LT|LE|GT|GE))?\s*\("
 )
-_IF_RE = re.compile(r"\bif\s*\(")
+IF_RE = re.compile(r"\bif\s*\(")
 _THROWS = re.compile(r"\bthrow\b|\b\w*_THROW\w*\s*\(|\bFLASHINFER_ERROR\s*\(|\bTORCH_CHECK\s*\(\s*false\b|\bLOG\s*\(\s*FATAL")
 
 # Architecture sources, rewritten to placeholders before evaluation.
@@ -79,7 +79,7 @@ class _Check:
 _PARENS = re.compile(r"[()]")
 
 
-def _balanced(text: str, open_at: int) -> int:
+def matching_paren(text: str, open_at: int) -> int:
     """Index of the ')' matching text[open_at] == '(' (or -1)."""
     depth = 0
     for m in _PARENS.finditer(text, open_at):
@@ -111,8 +111,8 @@ def _split_args(s: str) -> list[str]:
 def _find_checks(sc: cpp.Scan) -> list[_Check]:
     body = sc.body
     out: list[_Check] = []
-    for m in _CHECK_RE.finditer(body):
-        close = _balanced(body, m.end() - 1)
+    for m in CHECK_RE.finditer(body):
+        close = matching_paren(body, m.end() - 1)
         if close < 0:
             continue
         args = _split_args(sc.code[m.end() : close])
@@ -121,14 +121,14 @@ def _find_checks(sc: cpp.Scan) -> list[_Check]:
         if m.group(2):
             if len(args) < 2:
                 continue
-            expr = f"({args[0]}) {_CMP_SUFFIX[m.group(2)]} ({args[1]})"
+            expr = f"({args[0]}) {CMP_SUFFIX[m.group(2)]} ({args[1]})"
         else:
             expr = args[0]
         line = sc.line_of(m.start())
         col = m.start() - sc.line_starts[line - 1] + 1
         out.append(_Check(m.start(), line, col, m.group(0)[:-1].strip(), expr, False))
-    for m in _IF_RE.finditer(body):
-        close = _balanced(body, m.end() - 1)
+    for m in IF_RE.finditer(body):
+        close = matching_paren(body, m.end() - 1)
         if close < 0:
             continue
         rest = body[close + 1 : close + 1 + 800].lstrip()
@@ -217,26 +217,26 @@ def _evaluate(expr: str, env: _Env, gpu) -> int | None:
     toks = []
     for t in tokenize(expr):
         if t == CC:
-            toks.append(_Val(gpu.cc))
+            toks.append(Operand(gpu.cc))
         elif t == MAJOR:
-            toks.append(_Val(gpu.major))
+            toks.append(Operand(gpu.major))
         elif t == MINOR:
-            toks.append(_Val(gpu.minor))
+            toks.append(Operand(gpu.minor))
         elif t[0].isdigit():
-            toks.append(_Val(parse_int(t)))
+            toks.append(Operand(parse_int(t)))
         elif t[0].isalpha() or t[0] == "_":
             if t in env.consts:
-                toks.append(_Val(env.consts[t]))
+                toks.append(Operand(env.consts[t]))
             elif t in ("true", "false"):
-                toks.append(_Val(1 if t == "true" else 0))
+                toks.append(Operand(1 if t == "true" else 0))
             else:
-                toks.append(_Val(None))
+                toks.append(Operand(None))
         elif t in ("::", ".", "->"):
             return None
         else:
             toks.append(t)
     # `a.b` and `x::y` left as separate tokens are not operators we know: unknown
-    p = _Parser(toks)
+    p = ExprParser(toks)
     v = p.parse()
     return v if p.ok else None
 

@@ -24,11 +24,11 @@ from __future__ import annotations
 import re
 
 from ..parsing import cpp
-from .preproc import _UNKNOWN_VALUE
+from .preproc import UNKNOWN_VALUE
 
 _TAG = re.compile(r"\{\{.*?\}\}|\{%-?\s*(\w*).*?%\}|\{#.*?#\}", re.S)
 _BLANKED = frozenset(("for", "endfor", "set"))
-_CONDITIONAL = {"if": "#if " + _UNKNOWN_VALUE, "elif": "#elif " + _UNKNOWN_VALUE, "else": "#else", "endif": "#endif"}
+_CONDITIONAL = {"if": "#if " + UNKNOWN_VALUE, "elif": "#elif " + UNKNOWN_VALUE, "else": "#else", "endif": "#endif"}
 _INCLUDES = frozenset(("include", "include_next", "import"))
 
 
@@ -50,7 +50,7 @@ def render_view(data: bytes) -> tuple[bytes, list[tuple[int, str]]]:
         keep = "\n" * tok.count("\n")
         if tok.startswith("{{"):
             holes.append((size, line, " ".join(tok.split())))
-            rep = _UNKNOWN_VALUE + keep
+            rep = UNKNOWN_VALUE + keep
         elif tok.startswith("{#"):
             rep = keep
         else:
@@ -97,7 +97,7 @@ def _hole_notes(view: str, holes: list[tuple[int, int, str]]) -> list[tuple[int,
                 notes.append((line, f"{tok} is inside a string literal: its text is given at render time"))
             continue
         before = sc.body[:off].rstrip()
-        after = sc.body[off + len(_UNKNOWN_VALUE):off + len(_UNKNOWN_VALUE) + 80].lstrip()
+        after = sc.body[off + len(UNKNOWN_VALUE):off + len(UNKNOWN_VALUE) + 80].lstrip()
         if not before or before[-1] in ";{}":
             notes.append((line, f"{tok} stands where a declaration or statement begins: the code it inserts "
                                 "is given at render time"))

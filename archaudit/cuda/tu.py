@@ -463,7 +463,7 @@ def _reach(proj: CudaProject, relpath: str, pr: PreprocResult, facts: dict[str, 
         if not o.ns or path in scopes.loose:
             return None
         last = o.ns.rsplit("::", 1)[-1]
-        if last in scopes.opened or last in F._STOP:  # _STOP words are not kept as tokens
+        if last in scopes.opened or last in F.STOP_WORDS:  # STOP_WORDS words are not kept as tokens
             return None
         return o.ns, o.ns + "::", last
 
@@ -636,13 +636,13 @@ def _supported_smem(nbytes: int) -> list[str]:
 
 
 def _eval_int(pp: Preprocessor, expr: str) -> int | None:
-    from .preproc import _Parser
+    from .preproc import ExprParser
 
     pp._taint = False
     toks = pp.expand(tokenize(expr))
     if toks is None:
         return None
-    p = _Parser(toks)
+    p = ExprParser(toks)
     v = p.parse()
     return v if p.ok and isinstance(v, int) else None
 

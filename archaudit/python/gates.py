@@ -25,13 +25,12 @@ from functools import lru_cache
 
 from ..model import Diagnostic, Gate, internal_error
 from ..ruledata import load_rule
-from ..scancache import split_trailer
 from ..sources import Source
 from ..targets import Registry
-from .index import Index, ModuleInfo, _collect_defs, decode_check, words_of
+from .index import Index, ModuleInfo, collect_defs, decode_check, words_of
 from .interp import GateRecord, Interp
 from .pybytes import (IDENT, SPACE, WORD_BYTE, ExternalRoots, ident_at, module_imports, name_occurrences,
-                      qualified, receiver_chain, receiver_roots)
+                      qualified, receiver_chain, receiver_roots, split_trailer)
 
 # Bytes that can start an architecture test in Python source. Deliberately not `sm90` alone:
 # flashinfer names hundreds of kernels *_sm90_*, and a name is not a test.
@@ -424,7 +423,7 @@ def find_python_gates(source: Source, index: Index, reg: Registry, package_of, p
             index.path_of.get(m, m), "analysis-budget",
             f"gate evaluation of this scan stopped at its budget of {MAX_SCAN_FUNCTIONS:,} functions; "
             f"{more} not evaluated (their gates are missing)"))
-    scan.gates = _to_gates(interp.gates, package_of)
+    scan.gates = to_gates(interp.gates, package_of)
     index.on_evict.remove(interp.forget_module)  # nothing else keeps the interpreter's values
     return scan
 
@@ -448,7 +447,7 @@ def cutoff_view(data: bytes, names: frozenset) -> tuple | None:
     except (RecursionError, MemoryError, ValueError):
         return None
     info = ModuleInfo(name="", path="", is_pkg=False, parsed=parsed)
-    _collect_defs(parsed.body, "", info)
+    collect_defs(parsed.body, "", info)
     nb = {n.encode() for n in names}
     imp = module_imports(data)
     aliases = () if imp is None else tuple(sorted((n, tuple(sorted(a))) for n, a in imp[1].items() if n in nb))
@@ -499,7 +498,7 @@ def _arch_definitions(interp: Interp) -> set[tuple[str, str]]:
     return out
 
 
-def _to_gates(records: list[GateRecord], package_of) -> list[Gate]:
+def to_gates(records: list[GateRecord], package_of) -> list[Gate]:
     out: dict[tuple, Gate] = {}
     for r in records:
         node = r.expr_node or r.node

@@ -323,7 +323,7 @@ class Index:
         for st in flatten_top(parsed.body):
             if st.k in ("def", "class"):
                 info.defs[st.f["name"]] = st
-        _collect_defs(parsed.body, "", info)
+        collect_defs(parsed.body, "", info)
         return info
 
     def resolve_relative(self, mod: ModuleInfo, level: int, name: str) -> str:
@@ -413,7 +413,7 @@ def is_accessor(node: N) -> bool:
                for d in node.f.get("decorators") or ())
 
 
-def _collect_defs(body: list[N], prefix: str, info: ModuleInfo) -> None:
+def collect_defs(body: list[N], prefix: str, info: ModuleInfo) -> None:
     redefined = False
     for st in flatten_top(body):
         if st.k == "def":
@@ -425,11 +425,11 @@ def _collect_defs(body: list[N], prefix: str, info: ModuleInfo) -> None:
             if old is None or not is_accessor(st):
                 info.functions[q] = st
             if not getattr(st.f, "is_pending", False):  # a body left to convert defines nothing
-                _collect_defs(st.f["body"], q + ".<locals>.", info)
+                collect_defs(st.f["body"], q + ".<locals>.", info)
         elif st.k == "class":
             q = prefix + st.f["name"]
             info.classes[q] = st  # the last, as for functions
-            _collect_defs(st.f["body"], q + ".", info)
+            collect_defs(st.f["body"], q + ".", info)
     if redefined:
         for stmts in _statement_lists(body):
             last: dict[str, N] = {}

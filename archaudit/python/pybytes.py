@@ -363,3 +363,18 @@ def may_hold_global_statement(data: bytes, start: int = 0, end: int | None = Non
         if i < 0 or data[i] in b"\n\r;:":
             return True
     return False
+
+
+def split_trailer(data: bytes) -> int:
+    """Offset where the trailing run of blank and comment-only lines starts (the whole file:
+    0). Only a hint for rebuilding old bytes; the cutoff check verifies everything."""
+    pos = len(data)
+    while pos > 0:
+        nl = data.rfind(b"\n", 0, pos)
+        line = data[nl + 1 : pos].strip()
+        if line and not line.startswith(b"#"):
+            return pos
+        if nl < 0:
+            return 0
+        pos = nl
+    return 0

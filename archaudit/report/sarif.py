@@ -418,7 +418,7 @@ def _notifications(diagnostics, loc: _Locator, extra) -> list[dict]:
     return out
 
 
-def _base_uri(path) -> str:
+def base_uri(path) -> str:
     u = path.as_uri()
     return u if u.endswith("/") else u + "/"
 
@@ -457,12 +457,12 @@ def to_sarif(result, reg, items, repo=None, *, inventory: bool = False, with_bas
             results = results[:MAX_RESULTS_PER_RUN]
         base = {}
         if repo is not None and repo.root is not None:
-            base["%SRCROOT%"] = {"uri": _base_uri(repo.root), "description": {"text": "the repository work tree"}}
+            base["%SRCROOT%"] = {"uri": base_uri(repo.root), "description": {"text": "the repository work tree"}}
         elif repo is not None and repo.scan_root is not None and repo.scan_is_dir:
-            base["%SRCROOT%"] = {"uri": _base_uri(repo.scan_root), "description": {"text": "the scan root"}}
+            base["%SRCROOT%"] = {"uri": base_uri(repo.scan_root), "description": {"text": "the scan root"}}
         if repo is not None and repo.scan_root is not None:
             what = "the scanned directory" if repo.scan_is_dir else "members of the scanned wheel"
-            base["SCANROOT"] = {"uri": _base_uri(repo.scan_root), "description": {"text": what}}
+            base["SCANROOT"] = {"uri": base_uri(repo.scan_root), "description": {"text": what}}
         run = {
             "tool": {"driver": {
                 "name": "archaudit",
