@@ -33,8 +33,13 @@ import sys
 import tempfile
 import time
 from functools import lru_cache
+from importlib.metadata import version
 from pathlib import Path
 
+import tree_sitter
+
+from . import __version__
+from .ruledata import rules_dir
 from .safeio import read_regular_file
 
 MAGIC = b"ARCHAUDIT-CACHE\x01"
@@ -143,11 +148,6 @@ def key_of(*parts) -> str:
 @lru_cache(maxsize=1)
 def version_tag() -> str:
     """What every cached value depends on besides its own key."""
-    import tree_sitter
-
-    from . import __version__
-    from .ruledata import rules_dir
-
     h = hashlib.blake2b(digest_size=16)
     h.update(f"archaudit {__version__}\npython {sys.version_info[:2]}\n".encode())
     for mod in ("tree_sitter", "tree_sitter_python", "tree_sitter_cuda", "tree_sitter_cpp"):
@@ -165,8 +165,6 @@ def version_tag() -> str:
 
 def _dist_version(mod: str) -> str:
     try:
-        from importlib.metadata import version
-
         return version(mod.replace("_", "-"))
     except Exception:  # noqa: BLE001 - a missing grammar only changes the tag
         return "?"

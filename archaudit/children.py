@@ -7,6 +7,7 @@ runs none of its clean-up: on Linux the kernel sends the child SIGKILL when the 
 started it ends (PR_SET_PDEATHSIG, armed between fork and exec). Elsewhere nothing is armed."""
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import sys
@@ -17,8 +18,6 @@ _PR_SET_PDEATHSIG = 1
 _prctl = None
 if sys.platform.startswith("linux"):
     try:
-        import ctypes
-
         # looked up here, in the parent: the child only calls it (no allocation after fork)
         _prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
@@ -54,10 +53,8 @@ def die_with_parent(parent: int) -> None:
     armed = False
     if sys.platform.startswith("linux"):
         try:
-            import ctypes
-
             libc = ctypes.CDLL(None, use_errno=True)
-            armed = libc.prctl(1, int(signal.SIGKILL), 0, 0, 0) == 0  # 1: PR_SET_PDEATHSIG
+            armed = libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) == 0
         except (OSError, AttributeError):
             armed = False
     if os.getppid() != parent:  # died before the signal was armed: nobody would send it

@@ -17,7 +17,13 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .cache import Cache, key_of
+from .judge import patch_gates_of, protected_functions
 from .model import PARTIAL, SOFTWARE_ONLY, Gate
+from .patch import Patcher, combined_patch, module_binding, reevaluate_gate
+from .python.index import Index
+from .runtime import run_with_big_stack
+from .scancache import input_fingerprint, inputs_unchanged
+from .sources import WheelSource, open_source
 from .targets import Gpu, Registry
 
 DERIVED_NS = "derived"
@@ -44,8 +50,6 @@ def cached_by_inputs(store: Cache | None, path, what: str, args: tuple, compute:
     alone, such as the whole call graph); stored only when no input changed while it ran."""
     if store is None or not store.enabled:
         return compute()
-    from .scancache import input_fingerprint, inputs_unchanged
-
     source, fp = input_fingerprint(path, store)
     k = key_of(DERIVED_VERSION, what, fp.key([]), *args)
     value = store.get(DERIVED_NS, k)
@@ -60,10 +64,6 @@ def cached_by_inputs(store: Cache | None, path, what: str, args: tuple, compute:
 def fresh_patcher(path, reg: Registry):
     """A Patcher over a new, lazily parsed index of the scan root: what a combined patch needs
     without the scan's in-memory state, which a cached result does not have."""
-    from .patch import Patcher, module_binding, reevaluate_gate
-    from .python.index import Index
-    from .sources import WheelSource, open_source
-
     source = open_source(path)
     files = source.files()
     py_files = [f for f in files if f.endswith(".py")]
@@ -83,10 +83,6 @@ class PatchOutput:
 def patch_output(result, path, gpu: Gpu, include_partial: bool, reg: Registry) -> PatchOutput:
     """The combined patch that makes every software-only (and with include_partial, partial) gate
     of the result admit gpu: a pure function of the result and the files under path."""
-    from .judge import patch_gates_of, protected_functions
-    from .patch import combined_patch
-    from .runtime import run_with_big_stack
-
     wanted = (SOFTWARE_ONLY, PARTIAL) if include_partial else (SOFTWARE_ONLY,)
     gates: list[Gate] = []
     out = PatchOutput("")

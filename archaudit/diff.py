@@ -16,11 +16,13 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from urllib.parse import quote
 
 from . import __version__
-from .baseline import expr_skeleton, occurrence_keys, reportable
+from .baseline import expr_skeleton, fingerprint, occurrence_keys, reportable
 from .model import Gate
+from .report.sarif import INFORMATION_URI, SCHEMA_URI, base_uri
 from .report.shown import shown
 
 ADMITTED = "admitted"  # verdict-like status of a gate that admits the target
@@ -305,8 +307,6 @@ DIFF_RULES = [
 
 def to_sarif(d: ScanDiff, reg, repo_new=None) -> dict:
     """SARIF for a diff: one run, one result per change; regressions are warnings."""
-    from .report.sarif import INFORMATION_URI, SCHEMA_URI, base_uri
-
     rules = []
     for rid, name, short, full in DIFF_RULES:
         rules.append({"id": rid, "name": name, "shortDescription": {"text": short}, "fullDescription": {"text": full},
@@ -338,8 +338,6 @@ def to_sarif(d: ScanDiff, reg, repo_new=None) -> dict:
                 related.append({"id": len(related), "physicalLocation": {
                     "artifactLocation": {"uri": quote(gg.path, safe="/"), "uriBaseId": b},
                     "region": {"startLine": gg.line}}, "message": {"text": f"{what}: {' '.join(gg.expr.split())}"}})
-        from .baseline import fingerprint
-
         fp = fingerprint(rid, c.key, ",".join(d.targets))
         results.append({
             "ruleId": rid, "ruleIndex": index[rid], "level": "warning" if c.regressions() else "note",
@@ -350,8 +348,6 @@ def to_sarif(d: ScanDiff, reg, repo_new=None) -> dict:
                            "admitsLost": _names(reg, c.admits_lost), "regressions": c.regressions(),
                            "verdicts": {t: {"old": o, "new": n} for t, (o, n) in sorted(c.verdicts.items())}},
         })
-    from pathlib import Path
-
     bases = {}
     for name, root in (("OLDROOT", d.old_root), ("NEWROOT", d.new_root)):
         bases[name] = {"uri": base_uri(Path(root).resolve()), "description": {"text": f"{name[:3].lower()} environment"}}

@@ -15,7 +15,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from .callgraph import Analysis
+from .cuda.runtime_checks import find_runtime_checks
+from .cuda.tu import CudaProject
+from .judge import TuCache, behind_from_callgraph, judge_gates, tests_before_from_callgraph
 from .model import Finding, Gate
+from .patch import Patcher, module_binding, reevaluate_gate
+from .pipeline import SourceReader
+from .python.gates import to_gates
+from .python.index import function_at_line
+from .python.interp import Interp
 from .report.shown import shown
 from .sources import Source
 from .targets import Registry, TargetRequest
@@ -38,10 +47,6 @@ def gates_at(source: Source, index, reg: Registry, path: str, line: int) -> list
 def _scope_gates(source: Source, index, reg: Registry, path: str, line: int) -> list[Gate]:
     """Every gate of the innermost function (or module) holding the line, from evaluating only it;
     in a C/C++ file, its runtime checks."""
-    from .python.gates import to_gates
-    from .python.index import function_at_line
-    from .python.interp import Interp
-
     modname = index.module_of_path.get(path)
     if modname is None:
         return _cpp_gates(source, path)
@@ -58,20 +63,12 @@ def _scope_gates(source: Source, index, reg: Registry, path: str, line: int) -> 
 
 
 def _cpp_gates(source: Source, path: str) -> list[Gate]:
-    from .cuda.runtime_checks import find_runtime_checks
-
     data = source.read(path)
     return [] if data is None else find_runtime_checks(path, data)
 
 
 def explain(source: Source, files: list[str], index, reg: Registry, path: str, line: int,
             targets: list[TargetRequest], path_based: bool) -> list[GateExplanation]:
-    from .callgraph import Analysis
-    from .cuda.tu import CudaProject
-    from .judge import TuCache, behind_from_callgraph, judge_gates, tests_before_from_callgraph
-    from .patch import Patcher, module_binding, reevaluate_gate
-    from .pipeline import SourceReader
-
     scope = _scope_gates(source, index, reg, path, line)
     gates = [g for g in scope if g.line == line]
     if not gates:

@@ -37,11 +37,21 @@ import difflib
 import re
 from dataclasses import dataclass
 
+from .callgraph import Analysis
+from .callgraph.jit import build_admits
+from .cuda import runtime_checks as rc
+from .cuda.runtime_checks import scan_runtime_checks
 from .model import (ARCH_LIST, BUILD_FLAGS, CAPABILITY_COMPARE, CPP_RUNTIME_CHECK, FLAG, NVCC_FLAGS, PREDICATE_CALL,
                     Gate)
+from .parsing import cpp
 from .patch_warnings import excluding_comments
+from .python.gates import to_gates
+from .python.index import Index
+from .python.interp import Interp
+from .python.values import FuncRef
+from .ruledata import load_rule
 from .sources import Source
-from .targets import Gpu, Registry
+from .targets import Gpu, Registry, admits_of_nvcc_flags
 
 
 @dataclass
@@ -515,11 +525,6 @@ class Patcher:
         GPUs they give code for. When other items come from a parameter (`_FLAGS[target]`), the
         admitted set is what the call gave before plus what the added flag gives, which holds
         only if the JIT model reads that flag as an unconditional constant item of the call."""
-        from .callgraph import Analysis
-        from .callgraph.jit import build_admits
-        from .python.index import Index
-        from .targets import admits_of_nvcc_flags
-
         index = Index(source, [])
         index.path_of, index.module_of_path = dict(self.index.path_of), dict(self.index.module_of_path)
         analysis = Analysis(source, index)
@@ -546,8 +551,6 @@ class Patcher:
         `return (...)`: edit that return expression (verified through the gate, as always)."""
         if self.binding is None:
             return []
-        from .python.values import FuncRef
-
         modname = self.index.module_of_path.get(gate.path)
         out = []
         for n in ast.walk(expr):
@@ -716,8 +719,6 @@ def _lines_added_above(old: str, new: str, line: int) -> int:
 def _flag_keywords() -> set[str]:
     """Keyword arguments that carry nvcc flags: the JIT sinks' (rules/jit.toml) and the gate
     scan's (rules/gates.toml)."""
-    from .ruledata import load_rule
-
     kws = set(load_rule("gates").get("jit_builders", {}).get("flag_keywords", []))
     for r in load_rule("jit").get("sink", []):
         spec = r.get("cuda_flags")
@@ -1121,9 +1122,6 @@ def _cpp_values(operand_of: str, other: str, text: str, reg: Registry, gpu: Gpu)
 
 def _cpp_check_edits(text: str, gate: Gate, reg: Registry, gpu: Gpu) -> list[tuple[str, str]]:
     """Widenings of the check at the gate, in its own macro and operands."""
-    from .cuda import runtime_checks as rc
-    from .parsing import cpp
-
     sc = cpp.scan(text)
     if gate.line > len(sc.line_starts):
         return []
@@ -1192,9 +1190,6 @@ def _reevaluate_cpp(source: Source, gate: Gate, old_text: str, new_text: str) ->
     """The check at the gate's line after the edit, by the runtime-check scan of the edited file.
     The edit must leave every preprocessor directive as it was: then the check sits under the same
     `#if`s for every target, and what the scan evaluated is what each target compiles."""
-    from .cuda.runtime_checks import scan_runtime_checks
-    from .parsing import cpp
-
     def directives(t):
         return [(d.line, d.name, d.text) for d in cpp.scan(t).directives]
 
@@ -1207,10 +1202,6 @@ def _reevaluate_cpp(source: Source, gate: Gate, old_text: str, new_text: str) ->
 def reevaluate_gate(source: Source, gate: Gate, reg: Registry, py_files: list[str], path_based: bool):
     """The gate at gate's place after evaluating its function again over source, or None when
     no gate is there any more."""
-    from .python.gates import to_gates
-    from .python.index import Index
-    from .python.interp import Interp
-
     index = Index(source, py_files, path_based=path_based)
     modname = index.module_of_path.get(gate.path)
     if modname is None:
@@ -1233,8 +1224,6 @@ def reevaluate_gate(source: Source, gate: Gate, reg: Registry, py_files: list[st
 
 def _required_params(index, value) -> int | None:
     """Required positional parameters of a plain function value, None for anything else."""
-    from .python.values import FuncRef
-
     v = value.single() if hasattr(value, "single") else None
     if not isinstance(v, FuncRef):
         return None
@@ -1247,8 +1236,6 @@ def _required_params(index, value) -> int | None:
 
 def module_binding(index, reg: Registry):
     """(module, name) -> value of a module-level name, for the patcher's scope checks."""
-    from .python.interp import Interp
-
     interp = Interp(index, reg)
     return lambda modname, name: interp.global_value(modname, name)
 

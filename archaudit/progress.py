@@ -11,6 +11,8 @@ import time
 from contextlib import contextmanager
 from typing import Callable
 
+from .report.shown import shown
+
 
 @contextmanager
 def scan_progress(console, enabled: bool, delay: float = 1.0):
@@ -18,10 +20,9 @@ def scan_progress(console, enabled: bool, delay: float = 1.0):
     if not enabled:
         yield lambda msg, done=None, total=None: None
         return
+    # lazy: rich (15-50 ms) only when a progress bar is shown
     from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from .report.shown import shown
 
     bar = Progress(
         TextColumn("{task.description}"),

@@ -14,6 +14,11 @@ from pathlib import Path
 
 from .safeio import UnsafeInput, read_regular_file
 
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
 # files that pin packages, in order of preference (hand-edited files first: that is where a
 # reviewer changes a version)
 PIN_GLOBS = ("requirements*.txt", "constraints*.txt", "pyproject.toml", "uv.lock", "poetry.lock")
@@ -126,10 +131,6 @@ def _name_re(norm: str) -> str:
 
 
 def _toml_dependency_names(text: str, rel: str) -> set[str]:
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import sys
 from functools import lru_cache
+from importlib.resources import files
 from pathlib import Path
 
 if sys.version_info >= (3, 11):
@@ -17,8 +18,6 @@ def rules_dir() -> Path:
     checkout = here.parent / "rules"
     if (checkout / "targets.toml").is_file():
         return checkout
-    from importlib.resources import files
-
     return Path(str(files("archaudit.rules")))
 
 

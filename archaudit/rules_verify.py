@@ -18,7 +18,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
@@ -620,8 +620,6 @@ def _list_gpu_code(tc: Toolchain) -> set[str]:
 
 
 def _as_completed(futs):
-    from concurrent.futures import as_completed
-
     return as_completed(futs)
 
 

@@ -18,6 +18,7 @@ Anything else, and any doubt, means a full scan.
 """
 from __future__ import annotations
 
+import multiprocessing
 import os
 import pickle
 import time
@@ -67,6 +68,7 @@ def _read_files(root: str, paths: list[str], want_state: bool, want_facts: bool)
     """Worker: (path, FileState | None, prefilter facts | None) for files below root. The stat
     is taken before the read, so a file changed meanwhile looks changed next time."""
     if want_facts:
+        # lazy: a cache hit (0.25-0.45 s) imports no analysis (20-45 ms more)
         from .python.gates import byte_facts
     out = []
     for p in paths:
@@ -99,8 +101,6 @@ def read_in_workers(root: str, todo: list[str], workers: int, want_state: bool, 
             except OSError:
                 pass
     if workers > 1 and size >= PARALLEL_MIN_BYTES:
-        import multiprocessing
-
         chunks = [todo[i : i + 250] for i in range(0, total, 250)]
         out: list[tuple] = []
         try:

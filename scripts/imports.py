@@ -9,12 +9,14 @@ The package is read with the `ast` module; nothing is imported. It reports:
 
 - import cycles: strongly connected groups of modules in the graph of archaudit-internal imports
   (top-level and function-level imports alike: a cycle broken only by importing late is still a
-  cycle), each with one shortest cycle through it;
+  cycle; importing a.b.c from outside package a.b also imports a.b), each with one shortest
+  cycle through it;
 - private imports: `from x import _y` and `x._y` reads where `x` is another archaudit module
   (a module's own names and dunder names are not private imports);
 - function-level imports: imports inside a function body. One whose line, or the comment line
   just above it, holds `# lazy:` (followed by the reason) is listed as a kept lazy import;
-  the others are listed as to move.
+  the others are listed as to move. The reason also covers the imports right below it (a
+  block of imports, blank lines allowed, with one comment above it).
 
 Exit status: 1 when there is a cycle or a private import (also, with --strict, an unreasoned
 function-level import), else 0.
@@ -77,20 +79,37 @@ class Visitor(ast.NodeVisitor):
         self.mod, self.mods, self.lines = mod, mods, lines
         self.depth = 0                      # function nesting
         self.aliases: dict[str, str] = {}   # local name -> internal module it is bound to
+        self.reasoned_end: dict[int, bool] = {}  # last line of a function-level import -> has a reason
 
     def _edge(self, target: str, line: int) -> None:
-        if target in self.mods and target != self.mod.name:
-            lines = self.mod.edges.setdefault(target, [])
-            if line not in lines:
-                lines.append(line)
+        if target not in self.mods or target == self.mod.name:
+            return
+        lines = self.mod.edges.setdefault(target, [])
+        if line not in lines:
+            lines.append(line)
+        # importing a.b.c from outside package a.b runs a/b/__init__.py first
+        parts = target.split(".")
+        for i in range(len(parts) - 1, 1, -1):
+            pkg = ".".join(parts[:i])
+            if self.mod.name.startswith(pkg + ".") or pkg == self.mod.name:
+                break
+            if pkg in self.mods:
+                pl = self.mod.edges.setdefault(pkg, [])
+                if line not in pl:
+                    pl.append(line)
 
     def _import_seen(self, node: ast.stmt) -> None:
         self.mod.imports += 1
         if self.depth:
             line = node.lineno
             text = self.lines[line - 1].strip()
-            above = self.lines[line - 2].strip() if line >= 2 else ""
-            reasoned = LAZY_MARK in text or above.startswith(LAZY_MARK)
+            k = line - 1  # the nearest non-blank line above
+            while k >= 1 and not self.lines[k - 1].strip():
+                k -= 1
+            above = self.lines[k - 1].strip() if k >= 1 else ""
+            # a reason covers the imports right below it (blank lines between them allowed)
+            reasoned = LAZY_MARK in text or above.startswith(LAZY_MARK) or self.reasoned_end.get(k, False)
+            self.reasoned_end[node.end_lineno] = reasoned
             self.mod.lazy.append((line, text, reasoned))
 
     def visit_Import(self, node: ast.Import) -> None:

@@ -27,6 +27,8 @@ import re
 import struct
 from dataclasses import dataclass, field
 
+from ..targets import CompileTarget, registry
+
 FATBIN_MAGIC = 0xBA55ED50
 _FATBIN_MAGIC_BYTES = struct.pack("<I", FATBIN_MAGIC)
 EM_CUDA = 190
@@ -400,8 +402,6 @@ def runs_on(binary_archs, gpu, reg=None) -> str:
 
 def runs_on_detail(binary_archs, gpu, reg=None) -> tuple[str, str]:
     """(runs_on verdict, name of the entry that decides it, "" for "no")."""
-    from ..targets import CompileTarget, registry
-
     reg = reg or registry()
     name = getattr(getattr(gpu, "gpu", None), "name", None) or getattr(gpu, "name", None) or str(gpu)
     best = (NO, "")

@@ -22,6 +22,7 @@ from functools import lru_cache
 from ..model import Link
 from ..parsing.python_ir import N, dotted_name
 from ..ruledata import load_rule
+from .fatbin import read_binary, runs_on
 
 MAX_DEPTH = 6  # symbolic resolution of an artifact expression
 
@@ -330,8 +331,6 @@ class _Finder:
         bins = [f for f in files if f.endswith((".cubin", ".so", ".fatbin"))][: self.rules.max_store_files]
         if not bins:
             return None
-        from .fatbin import read_binary
-
         names: list[str] = []
         for f in bins:
             data = self.source.read(f)
@@ -555,16 +554,12 @@ def runs_target(sink: BinarySink, gpu, reg=None) -> str:
     without PTX are machine code ("sm_100a"), judged by the SASS rules of fatbin.runs_on."""
     if sink.archs is None:
         return "unknown"
-    from .fatbin import runs_on
-
     return "no" if runs_on(list(sink.archs), gpu, reg) == "no" else "yes"
 
 
 def module_binary(sink: BinarySink, gpu, reg=None) -> dict:
     """The sink in the shape judge.ModuleRef.binary takes: {"artifact", "archs", "runs", "reason"}.
     runs is "sass" | "ptx-jit" | "no", or "unknown" when the artifact's architectures are not known."""
-    from .fatbin import runs_on
-
     name = getattr(getattr(gpu, "gpu", None), "name", None) or getattr(gpu, "name", None) or str(gpu)
     where = f"{sink.loader} at {sink.path}:{sink.line}"
     what = f"prebuilt code ({sink.kind}) {sink.artifact or '(artifact not named here)'} via {where}"

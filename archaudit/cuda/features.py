@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import hashlib
 import re
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from functools import lru_cache
 
 from ..parsing import cpp
+from . import ruleset
 from .preproc import Program, build_program
 
 # --- data ----------------------------------------------------------------------------------------
@@ -140,8 +141,6 @@ class FileFacts:
 
 @lru_cache(maxsize=1)
 def _rules():
-    from . import ruleset
-
     return tuple(ruleset.feature_rules())
 
 
@@ -318,8 +317,6 @@ def _lead_in(literal: str, words: str) -> bool:
 
 def _segments(prog: Program, start: int, end: int):
     """(seg_start, seg_end, region) covering [start, end) split at region changes."""
-    from bisect import bisect_right
-
     i = bisect_right(prog.region_starts, start) - 1
     out = []
     pos = start

@@ -20,7 +20,7 @@ Conditions are "arch-tainted" when their value depends on the architecture: they
 from __future__ import annotations
 
 import re
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections import deque
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -28,7 +28,9 @@ from typing import Callable
 
 from ..model import Diagnostic
 from ..parsing import cpp
-from ..parsing.cpp import Scan
+from ..parsing.cpp import Directive, Scan
+from ..ruledata import load_rule
+from . import ruleset
 from .includes import IncludeResolver, Resolution
 
 YES, NO, MAYBE = True, False, None  # region states (tri-valued)
@@ -92,8 +94,6 @@ class Program:
     problems: list = field(default_factory=list)
 
     def region_of(self, offset: int) -> int:
-        from bisect import bisect_right
-
         i = bisect_right(self.region_starts, offset) - 1
         return self.region_at[i] if i >= 0 else 0
 
@@ -104,8 +104,6 @@ _NV_DISPATCH = re.compile(r"\b(NV_IF_TARGET|NV_IF_ELSE_TARGET|NV_DISPATCH_TARGET
 @lru_cache(maxsize=1)
 def _nv_queries() -> tuple[tuple[re.Pattern, str], ...]:
     """rules/macros.toml [nv_target]: query-name pattern -> #if condition template."""
-    from ..ruledata import load_rule
-
     out = []
     for name, cond in load_rule("macros").get("nv_target", {}).items():
         if name == "_comment" or not isinstance(cond, str):
@@ -144,8 +142,6 @@ def _nv_dispatch_directives(sc: Scan) -> list:
     of a branch not taken is never compiled, exactly as under `#if`. Each branch becomes a region
     whose condition is the query's (rules/macros.toml [nv_target]). Invocations that straddle a
     real conditional directive are left alone."""
-    from ..parsing.cpp import Directive
-
     body = sc.body
     if "NV_" not in body:
         return []
@@ -1598,8 +1594,6 @@ def _paste(toks: list) -> list | None:
 
 def pass_macros(target) -> tuple[dict[str, int], dict[str, tuple[tuple[str, ...], str]], frozenset[str]]:
     """(predefined, function-like, arch-dependent names) for a compile target (None: host pass)."""
-    from . import ruleset
-
     pre = ruleset.predefined_macros(target)
     fn = ruleset.function_macros(target) if hasattr(ruleset, "function_macros") else {}
     return pre, fn, _arch_names()
@@ -1617,8 +1611,6 @@ class ArchNames:
 
 @lru_cache(maxsize=1)
 def _arch_names() -> ArchNames:
-    from . import ruleset
-
     tables = [ruleset.predefined_macros(t) for t in ruleset.all_compile_targets()]
     names = set().union(*tables)
     value, defined = set(), set()

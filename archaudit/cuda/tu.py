@@ -33,15 +33,20 @@ from __future__ import annotations
 import os
 import posixpath
 import re
+import stat
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from ..callgraph.rules import jit_rules
 from ..model import Diagnostic
 from ..parsing.screen import binary_problem
+from ..sources import MAX_FILE_BYTES
 from ..targets import CompileTarget, registry
 from . import features as F
+from . import ruleset
 from .includes import IncludeResolver, IncludeRoot, as_root, discover_include_roots as _discover
-from .preproc import Macro, PreprocResult, Preprocessor, Program, pass_macros, tokenize
+from .preproc import OP_UNDEF, ExprParser, Macro, PreprocResult, Preprocessor, Program, pass_macros, tokenize
+from .template_view import render_view
 
 
 @dataclass
@@ -183,10 +188,6 @@ class FsReader:
         return os.path.join(self.root, *rel.split("/")) if rel else self.root
 
     def read(self, rel: str) -> bytes | None:
-        import stat
-
-        from ..sources import MAX_FILE_BYTES
-
         try:
             fd = os.open(self._p(rel), os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
         except OSError:
@@ -264,8 +265,6 @@ class CudaProject:
         """A file's bytes as the compiler would see them: a jinja template as its rendered view."""
         data = self.reader.read(path)
         if data is not None and path.endswith(_template_suffixes()):
-            from .template_view import render_view
-
             data, self.view_notes[path] = render_view(data)
         return data
 
@@ -307,8 +306,6 @@ class CudaProject:
 
     def _file_scoping(self, ff: F.FileFacts) -> tuple[frozenset, frozenset]:
         """The names a file #undefs and the names of the namespaces it writes (for _scopes)."""
-        from .preproc import OP_UNDEF
-
         got = self._scoping.get(ff.path)
         if got is None:
             got = (frozenset(op[2] for op in ff.program.ops if op[0] == OP_UNDEF),
@@ -369,8 +366,6 @@ class CudaProject:
 
 
 def _template_suffixes() -> tuple[str, ...]:
-    from ..callgraph.rules import jit_rules
-
     return jit_rules().template_suffixes
 
 
@@ -624,8 +619,6 @@ def _asm_text(pieces, macros: dict[str, Macro], depth: int = 0) -> tuple[str, li
 
 
 def _supported_smem(nbytes: int) -> list[str]:
-    from . import ruleset
-
     reg = registry()
     out = []
     for t in ruleset.all_compile_targets():
@@ -636,8 +629,6 @@ def _supported_smem(nbytes: int) -> list[str]:
 
 
 def _eval_int(pp: Preprocessor, expr: str) -> int | None:
-    from .preproc import ExprParser
-
     pp._taint = False
     toks = pp.expand(tokenize(expr))
     if toks is None:

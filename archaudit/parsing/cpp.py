@@ -26,6 +26,8 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+import tree_sitter as ts
+
 # --- lexical scan ----------------------------------------------------------------------------
 
 # Comments, string and character literals. Written so that each alternative starts with a
@@ -557,19 +559,16 @@ _MACRO_WORD = re.compile(r"\b[A-Z_][A-Z0-9_]{2,}\b")
 
 @lru_cache(maxsize=2)
 def _language(name: str):
-    import tree_sitter as ts
+    # lazy: the grammars are loaded when C++/CUDA is parsed (a cache hit parses none)
+    import tree_sitter_cpp
+    import tree_sitter_cuda
 
-    if name == "cuda":
-        import tree_sitter_cuda as mod
-    else:
-        import tree_sitter_cpp as mod
+    mod = tree_sitter_cuda if name == "cuda" else tree_sitter_cpp
     return ts.Language(mod.language())
 
 
 def parser(lang: str = "cuda"):
     """A tree-sitter parser for CUDA (default; fewer ERROR nodes on .cu/.cuh) or C++."""
-    import tree_sitter as ts
-
     return ts.Parser(_language(lang))
 
 
@@ -583,8 +582,6 @@ def error_count(tree) -> int:
     """Number of ERROR nodes in a tree (0 when the parse is clean)."""
     if not tree.root_node.has_error:
         return 0
-    import tree_sitter as ts
-
     q = ts.Query(_language("cuda"), "(ERROR) @e")
     return len(ts.QueryCursor(q).captures(tree.root_node).get("e", []))
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from ..model import Diagnostic, Gate, internal_error
+from ..parsing.python_ir import parse_python
 from ..ruledata import load_rule
 from ..sources import Source
 from ..targets import Registry
@@ -439,8 +440,6 @@ def cutoff_view(data: bytes, names: frozenset) -> tuple | None:
     why = decode_check(data)
     if why is not None:
         return ("undecodable", why), 0
-    from ..parsing.python_ir import parse_python
-
     try:
         parsed = parse_python(data, lazy=True)  # as the index parses it; pickling converts every body
         ir = pickle.dumps((parsed.body, parsed.errors), protocol=pickle.HIGHEST_PROTOCOL)

@@ -13,6 +13,7 @@ import re
 from urllib.parse import quote
 
 from .. import __version__
+from ..baseline import fingerprint, gate_keys
 from ..model import BINARY_ONLY, HARDWARE_BOUND, NO_GPU_CODE, PARTIAL, SOFTWARE_ONLY, UNRESOLVED
 
 SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
@@ -426,8 +427,6 @@ def base_uri(path) -> str:
 def to_sarif(result, reg, items, repo=None, *, inventory: bool = False, with_baseline: bool = False,
              notes: list[tuple[str, str]] | None = None) -> dict:
     """The SARIF log (a dict) for `items` (baseline.Reported) of `result`, one run per target."""
-    from ..baseline import fingerprint, gate_keys
-
     loc = _Locator(repo)
     versions = {d.name: d.version for d in result.packages}
     targets = [t.gpu.name for t in result.targets] or sorted({r.finding.target for r in items})
