@@ -38,7 +38,7 @@ def test_finds_cycles_private_names_and_lazy_imports(tmp_path):
         "pkg/__init__.py": "",
         "pkg/a.py": "from .b import _hidden, shown\nfrom . import c\n\ndef f():\n    return c._state\n",
         "pkg/b.py": "def g():\n    from .a import f\n    return f\n\n_hidden = shown = 1\n",
-        "pkg/c.py": "_state = 0\n\ndef h():\n    # lazy: only this command needs it\n    import json\n    import os\n\n    import re\n",
+        "pkg/c.py": "_state = 0\n\ndef h():\n    # lazy: only this command needs it\n    import json\n    import os\n    x = 1\n    import re\n",
         "pkg/sub/__init__.py": "",
         "pkg/sub/d.py": "from ..c import __doc__\nfrom .. import b\n",
     })
