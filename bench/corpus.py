@@ -53,14 +53,16 @@ def wheel_for(spec: str, wheels: Path) -> Path | None:
     return None
 
 
-def download(spec: str, wheels: Path) -> Path:
+def download(spec: str, wheels: Path, platform: list[str] | None = None) -> Path:
+    """The cached wheel of spec, downloaded first if needed; platform: pip's --python-version/
+    --platform/--only-binary arguments (default PIP_PLATFORM)."""
     w = wheel_for(spec, wheels)
     if w is not None:
         return w
     wheels.mkdir(parents=True, exist_ok=True)
     print(f"downloading {spec} ...", file=sys.stderr)
     subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(wheels), *PIP_PLATFORM, spec],
+        [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(wheels), *(PIP_PLATFORM if platform is None else platform), spec],
         check=True,
     )
     w = wheel_for(spec, wheels)
