@@ -234,7 +234,10 @@ class IncludeResolver:
         if len(roots) != 1:
             return None
         r = roots.pop()
-        return IncludeRoot(r, _looks_vendored(r, [x.path for x in self.roots]), "suffix")
+        # judged against the roots of its own package only (see mark_vendored_by_package)
+        mine = self._package(r + "/_")
+        peers = [x.path for x in self.roots if self._package(x.path + "/_") == mine]
+        return IncludeRoot(r, _looks_vendored(r, peers), "suffix")
 
 
 # --- discovery -----------------------------------------------------------------------------------
@@ -299,6 +302,22 @@ def _looks_vendored(root: str, all_roots: list[str]) -> bool:
     return mark_vendored(all_roots + [root])[-1]
 
 
+def mark_vendored_by_package(paths: list[str], package_of) -> list[bool]:
+    """mark_vendored within each Python package: package_of(root) names the package a root
+    belongs to (None: in none). The layout rule compares a root with the other roots of the same
+    package only; across packages, the shallowest include directory of another package (deep_ep/
+    include beside flashinfer/data/include in one site-packages) would make every root of this
+    one look bundled, and the atoms in its own headers would stop counting."""
+    groups: dict = {}
+    for i, p in enumerate(paths):
+        groups.setdefault(package_of(p), []).append(i)
+    out = [False] * len(paths)
+    for idx in groups.values():
+        for i, v in zip(idx, mark_vendored([paths[i] for i in idx])):
+            out[i] = v
+    return out
+
+
 def discover_include_roots(files: Iterable[str], reader: Reader | None = None, within: str = "") -> list[IncludeRoot]:
     """Include roots of the package(s) under `within`, from the layout and the JIT's Python code.
 
@@ -332,7 +351,11 @@ def discover_include_roots(files: Iterable[str], reader: Reader | None = None, w
             ordered.append((d, "layout"))
             seen.add(d)
     paths = [p for p, _ in ordered]
-    return [IncludeRoot(p, v, origin) for (p, origin), v in zip(ordered, mark_vendored(paths))]
+    if reader is not None:
+        vendored = mark_vendored_by_package(paths, lambda p: package_dir_of(join(p, "_"), reader))
+    else:
+        vendored = mark_vendored(paths)
+    return [IncludeRoot(p, v, origin) for (p, origin), v in zip(ordered, vendored)]
 
 
 def package_dir_of(path: str, reader: Reader) -> str | None:
