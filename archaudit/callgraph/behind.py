@@ -490,6 +490,7 @@ class Behind:
         # and those of its callers when they hand on a parameter of their own
         incoming: dict[str, list[Call]] = {}
         param_calls: dict[str, list[tuple[Call, str]]] = {}
+        origin = region.ctx.qualname  # a runtime is outside the scan from the gate's package (Index.hidden)
 
         def visit(c: Call, prev: str | None, d: int) -> None:
             if c.callee.startswith("<jit:"):
@@ -506,7 +507,7 @@ class Behind:
                     for nc in self._passed(c.callee, pc, pname, [c], incoming):
                         visit(nc, c.callee, depth[c.callee] + 1)
                 return
-            if self.r.ctx(c.callee) is None:
+            if self.r.ctx(c.callee) is None or self.g.index.hidden(origin, c.callee):
                 if externals is not None and c.how != "builtin" and not c.callee.startswith("<") and c.callee not in externals:
                     externals[c.callee] = self._path(parent, prev) + [c]
                 return

@@ -83,11 +83,13 @@ class Confiner:
         self._fn_ok: dict[str, str] = {}  # function -> "" or why it stops a proof
         self._pending: list[str] = []  # stops found while collecting, said after the search
         self._allowed: dict[str, list[tuple[int, int]]] = {}  # module -> spans where naming is not a use
+        self._origin = ""  # the module of the gate being checked
 
     def check(self, site) -> Confinement:
         ctx = self.b.locate(site)
         if ctx is None:
             return Confinement(False, "the gate's scope is not in the scan")
+        self._origin = ctx.mod.name  # a runtime is outside the scan from here (Index.hidden)
         work: list[tuple[Ctx, list[tuple[int, int]]]] = []
         self._pending = []
         try:
@@ -294,11 +296,11 @@ class Confiner:
                 return
             if callee in parent:
                 return
-            if self.r.ctx(callee) is None:
+            if self.r.ctx(callee) is None or self.g.index.hidden(self._origin, callee):
                 top = callee.split(".", 1)[0]
                 if self.holds_gpu_code(callee):
                     raise _Stop(f"{c.path}:{c.line}: calls {callee}, code outside the scan that can hold GPU code")
-                if top in self.scanned:
+                if top in self.scanned and not self.g.index.hidden(self._origin, callee):
                     raise _Stop(f"{c.path}:{c.line}: calls {callee}, in a scanned package but not Python "
                                 f"read by archaudit (an extension module?)")
                 return
@@ -391,7 +393,8 @@ class Confiner:
             return False
         dotted = d[len("result of "):].split("(", 1)[0].rstrip(".")
         top = dotted.split(".", 1)[0]
-        return bool(top) and top not in self.scanned and not self.holds_gpu_code(dotted) and not self.passes_objects(dotted)
+        return bool(top) and (top not in self.scanned or self.g.index.hidden(self._origin, dotted)) \
+            and not self.holds_gpu_code(dotted) and not self.passes_objects(dotted)
 
 
 def _flat_targets(t: N) -> list[N]:

@@ -299,12 +299,15 @@ class ConstEval:
             if value is None:
                 return Unknown("annotation-only", name)
             return self.eval(bctx or ctx, value, env if bctx is None else {}, depth + 1)
-        if k == "import":
-            return ModV(bd[1]) if self.r.index.has_module(bd[1]) else Unknown("external", bd[1])
-        if k == "import-as":
-            return ModV(bd[1]) if self.r.index.has_module(bd[1]) else Unknown("external", bd[1])
+        idx = self.r.index
+        if k in ("import", "import-as"):
+            # a runtime imported by another package is outside the scan to it (Index.hidden)
+            return ModV(bd[1]) if idx.has_module(bd[1]) and not idx.hidden(ctx.mod.name, bd[1]) \
+                else Unknown("external", bd[1])
         if k == "from":
             _, absmod, nm, _al, _rel, _st = bd
+            if idx.hidden(ctx.mod.name, absmod):
+                return Unknown("external", f"{absmod}.{nm}")
             if self.r.index.has_module(f"{absmod}.{nm}"):
                 return ModV(f"{absmod}.{nm}")  # `from . import env as jit_env`
             if self.r.index.has_module(absmod):

@@ -423,7 +423,7 @@ class Resolver:
     def _star_or_sub(self, modname: str, name: str, depth: int) -> tuple:
         self.gbind(modname)
         for absmod, _rel, _st in self._star.get(modname, ()):
-            if not self.index.has_module(absmod):
+            if not self.index.has_module(absmod) or self.index.hidden(modname, absmod):
                 continue
             allowed = self.all_names(absmod)
             if allowed is not None and name not in allowed:
@@ -469,8 +469,9 @@ class Resolver:
             return (unres("module-getattr", f"{modname}.{name} comes from a module __getattr__"),)
         return (unres("missing-attribute", f"{modname} has no {name}"),)
 
-    def _module_ref(self, dotted: str, how: tuple) -> Ref:
-        if self.index.has_module(dotted):
+    def _module_ref(self, dotted: str, how: tuple, frm: str = "") -> Ref:
+        """frm: the importing module (a runtime it imports is external to it: Index.hidden)."""
+        if self.index.has_module(dotted) and not (frm and self.index.hidden(frm, dotted)):
             return Ref("module", dotted, how)
         return Ref("external", dotted, how)
 
@@ -497,16 +498,16 @@ class Resolver:
         k = bd[0]
         imp = "local-import" if local else None
         if k == "import":
-            return [self._module_ref(bd[1], ("reexport",) if export else (imp or "import",))]
+            return [self._module_ref(bd[1], ("reexport",) if export else (imp or "import",), ctx.mod.name)]
         if k == "import-as":
-            return [self._module_ref(bd[1], ("reexport",) if export else (imp or "import", "alias"))]
+            return [self._module_ref(bd[1], ("reexport",) if export else (imp or "import", "alias"), ctx.mod.name)]
         if k == "from":
             _, absmod, name, aliased, rel, _st = bd
             if export:
                 labels = ("reexport",)
             else:
                 labels = (imp or ("relative-import" if rel else "import"),) + (("alias",) if aliased else ())
-            if self.index.has_module(absmod):
+            if self.index.has_module(absmod) and not self.index.hidden(ctx.mod.name, absmod):
                 r = self.export(absmod, name, depth + IMPORT_HOP)
                 # `from pkg import submodule`
                 if all(x.kind == "unresolved" for x in r) and self.index.has_module(f"{absmod}.{name}"):

@@ -275,7 +275,7 @@ def find_python_gates(source: Source, index: Index, reg: Registry, package_of, p
         return bool(occ) and any_use(data, occ, start, end)
 
     imports: dict[str, tuple | None] = {}
-    externals = ExternalRoots(modules)
+    externals = ExternalRoots(modules, index.runtimes)
     round_occ: dict[str, list | None] = {}  # reaching() this round (names change between rounds)
     meaningful = interp.rules.meaningful
 

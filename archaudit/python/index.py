@@ -15,6 +15,7 @@ from typing import Callable
 import re
 
 from ..model import Diagnostic
+from ..ruledata import load_rule
 from ..parsing.python_ir import LazyFields, N, ParsedModule, parse_python
 from ..sources import Source
 
@@ -136,6 +137,8 @@ class Index:
         self.parse_pool = None
         # path -> python.gates.byte_facts of the file, when the prefilter computed them
         self.byte_facts: dict | None = None
+        # top-level packages other packages read as outside the scan (rules/externals.toml runtimes)
+        self.runtimes: frozenset[str] = frozenset(load_rule("externals").get("runtimes", []))
         dirs_with_init = {p.rsplit("/", 1)[0] for p in py_files if p.endswith("/__init__.py")}
         # a directory reached through a symlink is a package under the link's path too
         dirs_with_init |= {a.rsplit("/", 1)[0] for a in getattr(source, "aliases", {}) if a.endswith("/__init__.py")}
@@ -190,6 +193,14 @@ class Index:
 
     def has_module(self, name: str) -> bool:
         return name in self.path_of or name in self.aliases
+
+    def hidden(self, frm: str, target: str) -> bool:
+        """Is `target` (a module or a dotted name in one) read as outside the scan from module
+        `frm`? Yes for a runtime's (rules/externals.toml runtimes) seen from another package: the
+        verdicts of the package that calls it must be those it gets with the runtime not
+        scanned, whatever sits beside it in the site-packages."""
+        top = target.split(".", 1)[0]
+        return top in self.runtimes and top != frm.split(".", 1)[0]
 
     def source_bytes(self, name: str) -> bytes:
         """The module's bytes (read once), b"" when unreadable."""

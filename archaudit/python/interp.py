@@ -80,6 +80,7 @@ class _Builtin:
 class _LazyImport:
     module: str
     name: str | None  # None: the module itself
+    outside: bool = False  # a runtime imported by another package: read as outside the scan (Index.hidden)
 
 
 @dataclass(frozen=True)
@@ -363,7 +364,7 @@ class Interp:
             self._hops.append((key, self._depth))
             try:
                 for base in b["stars"]:
-                    if name.startswith("_") or not self.index.has_module(base):
+                    if name.startswith("_") or not self.index.has_module(base) or self.index.hidden(modname, base):
                         continue
                     allv = self.global_value(base, "__all__")
                     listed = allv.single() if allv is not None else None
@@ -442,9 +443,9 @@ class Interp:
         if kind == "def":
             return self.dom.const(self._ref_for(mod, e[1].f["name"], e[1]))
         if kind == "mod":
-            return self._resolve_import(_LazyImport(e[1], None))
+            return self._resolve_import(_LazyImport(e[1], None, self.index.hidden(mod.name, e[1])))
         if kind == "from":
-            return self._resolve_import(_LazyImport(e[1], e[2]))
+            return self._resolve_import(_LazyImport(e[1], e[2], self.index.hidden(mod.name, e[1] or "")))
         if kind == "assign":
             st, path = e[1], e[2]
             v = self.eval(st.f["value"], frame)
@@ -540,6 +541,8 @@ class Interp:
         return self.dom.const(ExtRef(sub))
 
     def _resolve_import(self, li: _LazyImport) -> AV:
+        if li.outside:
+            return self.dom.const(ExtRef(li.module if li.name is None else f"{li.module}.{li.name}"))
         if li.name is None:
             if self.index.has_module(li.module):
                 return self.dom.const(ModuleRef(li.module))
@@ -778,14 +781,14 @@ class Interp:
         elif k == "import":
             for name, alias in st.f["names"]:
                 if alias:
-                    fr.env[alias] = _LazyImport(name, None)
+                    fr.env[alias] = _LazyImport(name, None, self.index.hidden(fr.mod.name, name))
                 else:
                     top = name.split(".")[0]
-                    fr.env[top] = _LazyImport(top, None)
+                    fr.env[top] = _LazyImport(top, None, self.index.hidden(fr.mod.name, top))
         elif k == "importfrom":
             base = self.index.resolve_relative(fr.mod, st.f["level"], st.f["module"])
             for name, alias in st.f["names"]:
-                fr.env[alias or name] = _LazyImport(base, name)
+                fr.env[alias or name] = _LazyImport(base, name, self.index.hidden(fr.mod.name, base or ""))
         # pass, global, other: nothing to do
 
     def _bind_def(self, fr: Frame, st: N) -> None:
@@ -1430,7 +1433,7 @@ class Interp:
             return self.dom.OPAQUE
         if top:
             mod = mod.split(".")[0]
-        return self._resolve_import(_LazyImport(mod, None))
+        return self._resolve_import(_LazyImport(mod, None, self.index.hidden(fr.mod.name, mod)))
 
     def _unread_lookup(self, n: N, fr: Frame, receiver: AV | None) -> None:
         """A name looked up by a string the analysis cannot read. receiver: what it is looked up

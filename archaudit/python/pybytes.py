@@ -315,8 +315,10 @@ class ExternalRoots:
     """Which names of a module are bound only to packages outside the scan (receiver_roots),
     asked name by name: a module's imports are read on first need and the answers kept."""
 
-    def __init__(self, modules):
-        self.tops = {m.split(".", 1)[0].encode() for m in modules}  # the scan's top-level packages
+    def __init__(self, modules, runtimes=frozenset()):
+        # the scan's top-level packages; a runtime's (Index.hidden) only for its own modules
+        self.runtimes = {r.encode() for r in runtimes}
+        self.tops = {m.split(".", 1)[0].encode() for m in modules} - self.runtimes
         self._state: dict[str, tuple] = {}
 
     def external(self, m: str, src: bytes, r: bytes) -> bool:
@@ -330,7 +332,9 @@ class ExternalRoots:
         if v is None:
             bound, regions = ib
             tops = bound.get(r)
-            v = memo[r] = bool(tops) and not tops & self.tops and only_receiver(src, r, regions, prose)
+            own = m.split(".", 1)[0].encode()
+            inside = self.tops | ({own} if own in self.runtimes else set())
+            v = memo[r] = bool(tops) and not tops & inside and only_receiver(src, r, regions, prose)
         return v
 
     def outside_attribute(self, m: str, src: bytes, p: int) -> bool:
