@@ -96,6 +96,19 @@ def package_resolver(source: Source, dists: list[Distribution]) -> Callable[[str
     return package_of
 
 
+def package_scope(py_files: list[str], parsed: list[str], package_of) -> dict:
+    """Which packages' Python was analysed (some module parsed: a byte trigger, a gate's name, a
+    call the verdicts followed) and which was only read as bytes: {"packages_analysed": {package:
+    modules parsed}, "packages_read": [package, ...]} (files in no package are left out)."""
+    analysed: dict[str, int] = {}
+    for p in parsed:
+        k = package_of(p)
+        if k:
+            analysed[k] = analysed.get(k, 0) + 1
+    read = sorted({k for k in map(package_of, py_files) if k and k not in analysed})
+    return {"packages_analysed": dict(sorted(analysed.items())), "packages_read": read}
+
+
 def _open_cache(cache) -> Cache | None:
     if cache is None or cache is False:
         return None
@@ -250,6 +263,7 @@ def _scan(path, targets, reg, progress, cache, workers) -> ScanResult:
                                       for g, t, eg in not_evaluated),
         # the same pairs as (target, path, line, col, kind): what every report leaves out alike
         "not_evaluated_pairs": sorted([t, g.path, g.line, g.col, g.kind] for g, t, _eg in not_evaluated),
+        **package_scope(py_files, [index.path_of[m] for m in index.loaded_modules() if m in index.path_of], pkg_of),
         "seconds": round(time.perf_counter() - t0, 3),
     }
     result = ScanResult(

@@ -243,6 +243,9 @@ class Summary:
     filters: dict | None = None
     tests_left_out: int = 0  # findings in test files left out (all targets)
     test_gates_left_out: int = 0
+    # packages whose Python was parsed, and those only read as bytes (pipeline.package_scope)
+    packages_analysed: list[str] = field(default_factory=list)
+    packages_read: list[str] = field(default_factory=list)
 
 
 def family_key(label: str) -> str:
@@ -371,6 +374,8 @@ def summarize(result, reg) -> Summary:
         diagnostics=len(result.diagnostics), filters=flt,
         tests_left_out=int(left.get("findings_in_test_files", 0)),
         test_gates_left_out=int(left.get("gates_in_test_files", 0)),
+        packages_analysed=sorted(result.stats.get("packages_analysed") or {}),
+        packages_read=list(result.stats.get("packages_read") or []),
     )
 
 

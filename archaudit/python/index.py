@@ -292,6 +292,10 @@ class Index:
             spans = self._spans.get(name, [])
         return spans
 
+    def loaded_modules(self) -> list[str]:
+        """The modules parsed successfully at least once, sorted."""
+        return sorted(self._loaded)
+
     @property
     def parsed_count(self) -> int:
         """Modules parsed successfully (each counted once, evicted or not)."""

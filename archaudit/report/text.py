@@ -80,6 +80,11 @@ def screen_lines(s: Summary, view: View, targets_given: bool) -> list[tuple[str,
     tests = f" ({s.test_gates_left_out} more in test files)" if s.test_gates_left_out else ""
     add(f"{pk + ': ' if pk else ''}{_plural(s.gates, 'gate')} that test{'s' if s.gates == 1 else ''} "
         f"the GPU architecture{tests}", wrap=True)
+    if s.packages_read:
+        # said only when some package's Python was never parsed (no trigger, no gate's name, no
+        # call the verdicts followed into it): what the scan's answers stand on
+        add(f"analysed: {', '.join(s.packages_analysed) or 'none'}; only read (nothing architecture-dependent "
+            f"found in their bytes): {', '.join(s.packages_read)}", "dim", wrap=True)
     if s.filters and (s.filters.get("verdict") or s.filters.get("package") or s.filters.get("include")
                       or s.filters.get("exclude")):
         f = s.filters
