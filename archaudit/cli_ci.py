@@ -1,6 +1,6 @@
 """CI commands and scan options: SARIF output, baselines, --fail-on, and `archaudit diff`.
 
-Exit codes (DESIGN.md section 1): 0 nothing to report (or nothing new against the baseline),
+Exit codes (README, "Exit codes"): 0 nothing to report (or nothing new against the baseline),
 1 findings that --fail-on selects (new ones with --baseline), 2 usage or input error.
 """
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Verdicts: for each gate that excludes a target, what stands behind it and whether the target
-could run it (DESIGN.md 3.7).
+could run it (docs/architecture.md, "Verdicts").
 
 The call graph says which JIT modules a gate controls (and which entry points of each the guarded
 path calls); the CUDA engine says, per source and compile target, whether the active code builds,
@@ -25,7 +25,7 @@ from .callgraph import GateSite
 from .callgraph.dsl import DslCallRule, dsl_rule_for
 from .callgraph.graph import SearchBudgetExceeded
 from .ruledata import load_rule
-from .targets import CompileTarget, Gpu, Registry, admits_of_nvcc_flags, registry
+from .targets import CompileTarget, Gpu, admits_of_nvcc_flags, registry
 
 # TU diagnostics a scan reports as problems of the input (archaudit.cuda.tu.INPUT_PROBLEMS less the
 # read failures, which the Source reports itself), and an #include of an absolute path (never read)

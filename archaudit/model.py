@@ -55,9 +55,6 @@ CPP_RUNTIME_CHECK = "cpp-runtime-check"  # TORCH_CHECK(sm >= 90) in C++ host cod
 # table) and give code for some GPUs only: reported at the generator's def (archaudit.inventory)
 BUILD_FLAGS = "build-flags"
 
-GATE_KINDS = (PREDICATE_CALL, FLAG, CAPABILITY_COMPARE, ARCH_LIST, NVCC_FLAGS, CPP_RUNTIME_CHECK, BUILD_FLAGS)
-
-
 @dataclass
 class Gate:
     """One expression that makes behaviour depend on the GPU architecture."""

@@ -766,17 +766,5 @@ def open_source(path: str | os.PathLike | None) -> Source:
     raise SourceError(f"{p}: not a directory or a wheel (.whl)")
 
 
-def module_name_for(rel: str) -> str | None:
-    """Dotted module name of a .py file path, or None if the path is not importable."""
-    if not rel.endswith(".py"):
-        return None
-    parts = rel[:-3].split("/")
-    if parts[-1] == "__init__":
-        parts = parts[:-1]
-    if not parts or not all(x.isidentifier() for x in parts):
-        return None
-    return ".".join(parts)
-
-
 if sys.version_info < (3, 10):  # pragma: no cover
     raise RuntimeError("archaudit needs Python 3.10+")

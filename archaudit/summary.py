@@ -21,7 +21,6 @@ MAX_BINARY_LINES = 4
 MAX_REASON_LINES = 8
 
 _HEX = re.compile(r"_(?=[0-9a-f]*\d)[0-9a-f]{8,}(?=_|$)")
-_PLACEHOLDER = re.compile(r"\{[^{}]*\}")
 
 
 def _clean(name: str) -> str:

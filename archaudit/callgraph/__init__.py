@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..model import Gate, Link
+from ..model import Gate
 from ..python.index import Index
 from ..sources import Source, WheelSource, open_source
 from .behind import Behind, BehindModule, GateSite
@@ -82,10 +82,6 @@ class Analysis:
         mods = self.behind.modules_behind(site)
         note = "" if mods else "no JIT module is reached from the region this line guards"
         return Explanation(site, ctx.qualname, mods, note)
-
-    def links_for(self, m: BehindModule) -> list[Link]:
-        return m.chain
-
 
 def modules_behind(gate: Gate | GateSite, analysis: Analysis) -> list[BehindModule]:
     """The JIT modules `gate` controls, each with its chain of Links (see behind.py)."""

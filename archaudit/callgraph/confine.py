@@ -485,10 +485,6 @@ def _read_outside(body: list[N], inside: list[N], names: set[str]) -> bool:
     return False
 
 
-def _returns_value(body: list[N]) -> bool:
-    return any(s.k == "return" and s.f["value"] is not None for s in iter_stmts(body))
-
-
 def _spans(stmts: list[N]) -> list[tuple[int, int]]:
     return [(s.sb, s.eb) for s in stmts]
 

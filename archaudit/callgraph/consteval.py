@@ -105,10 +105,6 @@ def _raises(v) -> bool:
     return isinstance(v, Unknown) and v.reason in RAISES
 
 
-def is_unknown(v) -> bool:
-    return isinstance(v, Unknown)
-
-
 def as_str(v):
     if isinstance(v, PathV):
         return v.path if v.rooted else v.path

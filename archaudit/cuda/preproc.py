@@ -625,10 +625,6 @@ class Macro:
 _ARCH_FAMILY = re.compile(r"__CUDA_ARCH_(?:FEAT_SM\d+_ALL|SPECIFIC__|FAMILY_SPECIFIC__)$")
 
 
-def is_arch_name(name: str) -> bool:
-    return name.startswith("__CUDA_ARCH")
-
-
 # Names that only nvcc defines: the ruleset records every such macro nvcc predefines, so one
 # absent from it is really undefined.
 _COMPILER_OWNED = re.compile(r"^(?:__CUDA_ARCH|__CUDACC|__NVCC)")
@@ -793,10 +789,6 @@ class PreprocResult:
     unknown_names: dict[str, int] = field(default_factory=dict)  # names that made a condition UNKNOWN
     external_seen: bool = False
     unresolved_seen: list[str] = field(default_factory=list)
-
-    def region_state(self, path: str, rid: int):
-        st = self.states.get(path)
-        return False if st is None else st[rid]
 
     def region_tainted(self, path: str, rid: int) -> bool:
         t = self.taints.get(path)
@@ -1525,68 +1517,6 @@ def _take_args(work):
             continue
         args[-1].append(t)
     return None
-
-
-def _skip_parens(toks, i):
-    depth = 0
-    n = len(toks)
-    j = i
-    while j < n:
-        if toks[j] == "(":
-            depth += 1
-        elif toks[j] == ")":
-            depth -= 1
-            if depth == 0:
-                return j + 1
-        j += 1
-    return None
-
-
-def _collect_args(toks, i):
-    """Arguments of a macro call whose '(' is toks[i]: (list of token lists, index after ')')."""
-    depth = 0
-    args: list[list] = [[]]
-    j = i
-    n = len(toks)
-    while j < n:
-        t = toks[j]
-        if t == "(":
-            depth += 1
-            if depth > 1:
-                args[-1].append(t)
-        elif t == ")":
-            depth -= 1
-            if depth == 0:
-                return [a for a in args], j + 1
-            args[-1].append(t)
-        elif t == "," and depth == 1:
-            args.append([])
-        else:
-            args[-1].append(t)
-        j += 1
-    return None, n
-
-
-def _paste(toks: list) -> list | None:
-    """Apply `##` token pasting; None when a pasted operand is not plain text."""
-    if "##" not in toks:
-        return toks
-    out: list = []
-    k = 0
-    while k < len(toks):
-        t = toks[k]
-        if t == "##":
-            if not out or k + 1 >= len(toks):
-                return None
-            a, b = out.pop(), toks[k + 1]
-            if not isinstance(a, str) or not isinstance(b, str):
-                return None
-            out.append(a + b)
-            k += 2
-            continue
-        out.append(t)
-        k += 1
-    return out
 
 
 # --- ruleset glue ------------------------------------------------------------------------------

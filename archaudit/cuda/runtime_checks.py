@@ -20,7 +20,6 @@ includes. The condition is then evaluated for every GPU of the registry (`Gpu.cc
 """
 from __future__ import annotations
 
-import posixpath
 import re
 from dataclasses import dataclass
 

@@ -372,10 +372,6 @@ def _template_suffixes() -> tuple[str, ...]:
 # --- judging -----------------------------------------------------------------------------------
 
 
-def _state_ok(st) -> bool:
-    return st is not False
-
-
 def _kernel_macro(words, macros: dict[str, Macro]) -> bool:
     for w in words:
         m = macros.get(w)

@@ -578,14 +578,6 @@ def parse(data: bytes | str, lang: str = "cuda"):
     return parser(lang).parse(data)
 
 
-def error_count(tree) -> int:
-    """Number of ERROR nodes in a tree (0 when the parse is clean)."""
-    if not tree.root_node.has_error:
-        return 0
-    q = ts.Query(_language("cuda"), "(ERROR) @e")
-    return len(ts.QueryCursor(q).captures(tree.root_node).get("e", []))
-
-
 def enclosing_function_name(tree, byte_offset: int, source: bytes) -> str | None:
     """Qualified name of the function definition enclosing a byte offset, via tree-sitter."""
     node = tree.root_node.descendant_for_byte_range(byte_offset, byte_offset)

@@ -226,9 +226,6 @@ _NAMES: dict[bytes, str] = {}
 _LEAF_FIELDS: dict[tuple, dict] = {}
 _LEAF_MAX_STR = 64
 
-_COMPARE_OPS = {"<", ">", "<=", ">=", "==", "!=", "in", "is", "<>"}
-
-
 # Nesting limits of the converter (it recurses). CPython itself refuses more than 100 indentation
 # levels and 200 nested parentheses; deeper parts become opaque "other" nodes, with a diagnostic.
 MAX_BLOCK_DEPTH = 100

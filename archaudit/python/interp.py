@@ -107,8 +107,6 @@ class _AttrGetter:
 
 # callees _dynamic_call may read a name or expression for (the rest never are)
 _BY_STRING_CALLEES = (_Builtin, ExtRef, _AttrGetter)
-_IDENTITY_WRAPPERS = {"cache", "lru_cache", "wraps", "cached_property", "staticmethod", "classmethod", "property",
-                      "cache_once", "functools.cache", "functools.lru_cache"}
 _BUILTINS = {"getattr", "hasattr", "len", "int", "str", "bool", "tuple", "list", "set", "frozenset", "sorted",
              "min", "max", "any", "all", "isinstance", "dict", "float", "abs", "print", "super", "type", "map",
              "range", "enumerate", "zip", "repr", "callable", "iter", "next", "reversed", "sum", "round", "divmod",

@@ -11,7 +11,6 @@ archaudit/summary.py.
 from __future__ import annotations
 
 import shlex
-from collections import Counter
 from dataclasses import dataclass
 
 from rich.console import Console
@@ -282,25 +281,3 @@ def render_findings(result, console: Console) -> None:
         table.add_row(cell(f.target), cell(f.verdict, style), cell(f"{f.gate.path}:{f.gate.line}"),
                       cell(f.feature or "-"), cell(_evidence_line(f)))
     console.print(table)
-
-
-def verdict_summary(result) -> str:
-    """Per target, the findings by verdict; against a baseline (the findings are then the new ones
-    only), how many were known and how many are new."""
-    parts = []
-    base = result.stats.get("baseline")
-    for t in result.targets:
-        c = Counter(f.verdict for f in result.findings if f.target == t.gpu.name)
-        verdicts = ", ".join(f"{n} {v}" for v, n in sorted(c.items()))
-        if base is not None:
-            known, new = base.get(t.gpu.name, (0, 0))
-            parts.append(f"{t.gpu.name}: {known} known, {new} new" + (f" ({verdicts})" if verdicts else ""))
-        else:
-            parts.append(f"{t.gpu.name}: " + (verdicts or "no gate excludes it"))
-    return "; ".join(parts)
-
-
-def summary_line(result) -> str:
-    kinds = Counter(g.resolution.split(":", 1)[0] for g in result.gates)
-    parts = ", ".join(f"{v} {k}" for k, v in sorted(kinds.items()))
-    return f"{len(result.gates)} gates ({parts}) in {result.stats.get('seconds', 0)} s"
