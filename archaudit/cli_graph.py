@@ -210,7 +210,7 @@ def _callgraph_text(path, fmt) -> str:
     from .runtime import run_with_big_stack
 
     a = _open(path)
-    run_with_big_stack(a.graph.build_all)
+    run_with_big_stack(lambda: a.graph.build_all(arg_flow=True))
     if fmt == "pycg":
         return json.dumps(a.graph.to_pycg(), indent=1, sort_keys=True) + "\n"
     g = a.graph.g

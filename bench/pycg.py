@@ -86,7 +86,7 @@ def our_graph(case: Path) -> dict:
     from archaudit.callgraph import Analysis
 
     a = Analysis.open(str(case))
-    a.graph.build_all()
+    a.graph.build_all(arg_flow=True)
     return a.graph.to_pycg()
 
 

@@ -31,6 +31,9 @@ MAX_CALLER_MODULES = 40  # reverse search: more modules naming a function than t
 # 170 MB of Python here, against ~0.2-0.8 s per search): a full scan gets there within a few gates,
 # `explain` of one gate never does
 WORD_INDEX_AFTER = 40
+# builds of the whole graph with argument flow (build_all): each pass may find call sites (of
+# functions reached only through a parameter) that the next one follows
+ARG_FLOW_PASSES = 4
 # a word the index answers exactly as `\bword\b` would (bytes patterns: \w is ASCII)
 _ASCII_WORD = re.compile(rb"\w+")
 
@@ -81,6 +84,9 @@ class CallGraph:
         self.work = 0
         # when set: the work after which expand() and callers() raise SearchBudgetExceeded
         self.limit: int | None = None
+        # when a dict: every call site resolved to a function of the scan is recorded here
+        # (Resolver.arg_sites' form), for build_all's argument flow
+        self.sites: dict[str, list] | None = None
 
     def check_budget(self) -> None:
         if self.limit is not None and self.work > self.limit:
@@ -116,7 +122,8 @@ class CallGraph:
         elif ctx.kind == "class":
             stmts = list(flatten_top(ctx.node.f["body"]))
         else:
-            stmts = list(flatten_top(ctx.mod.parsed.body))
+            # the module's statements, those in its loops' bodies too (they run at import)
+            stmts = list(iter_stmts(ctx.mod.parsed.body))
         self.work += len(stmts)
         calls: list[Call] = []
         for st in stmts:
@@ -132,9 +139,15 @@ class CallGraph:
                 exprs = walk_exprs([x for x in roots])
             else:
                 exprs = walk_exprs([v for key, v in st.f.items() if key not in ("body", "orelse", "handlers", "final")])
+                if st.k == "for":
+                    calls.extend(self._iteration_calls(ctx, st.f["iter"]))
             for e in exprs:
                 if e.k == "call":
                     calls.extend(self._resolve_call(ctx, e))
+                elif e.k == "comp":
+                    for g in e.f.get("gens", ()):
+                        if g[0] == "for" and g[2] is not None:
+                            calls.extend(self._iteration_calls(ctx, g[2]))
                 elif e.k == "lambda":
                     for x in walk_exprs([e.f["body"]]):
                         if x.k == "call":
@@ -144,6 +157,14 @@ class CallGraph:
             self._add(c)
             self._by_callee.setdefault(c.callee, []).append(c)
         return calls
+
+    def _iteration_calls(self, ctx: Ctx, it: N) -> list[Call]:
+        """A loop over an instance of a class of the scan calls its `__iter__`, then `__next__`."""
+        if it.k in ("list", "tuple", "const", "fstring", "dict", "set"):
+            return []
+        refs = self.r.eval(ctx, it)
+        return [Call(ctx.qualname, m.target, ctx.mod.path, it.line, it.col, "+".join(m.how + ("iteration",)))
+                for m in self.r.iter_protocol(refs, 1)]
 
     def _decorator_calls(self, ctx: Ctx, dec: N) -> list[Call]:
         """`@deco` calls deco with the function when the definition runs."""
@@ -159,9 +180,30 @@ class CallGraph:
         h = how or "+".join(r.how) or "direct"
         return Call(ctx.qualname, r.target, ctx.mod.path, site.line, site.col, h, r.extra if r.kind == "unresolved" else "", entry)
 
+    def _record_sites(self, ctx: Ctx, call: N, refs: tuple) -> None:
+        """Call sites of functions of the scan, with the parameters the call binds itself."""
+        for r in refs:
+            if r.kind in ("function", "partial") and r.target != "<build>":
+                c = self.r.ctx(r.target)
+                if c is None or c.kind != "function":
+                    continue
+                bound = 0
+                if c.self_name and c.self_name.startswith("@cls:"):
+                    bound = 1
+                elif c.self_name and call.f["func"].k == "attr":
+                    recv = self.r.eval(ctx, call.f["func"].f["value"])
+                    bound = int(any(x.kind in ("instance", "super") for x in recv))
+                self.sites.setdefault(r.target, []).append((ctx.qualname, call, bound))
+            elif r.kind == "class":
+                for m in self.r.class_member(r.target, "__init__", 1, False):
+                    if m.kind == "function":
+                        self.sites.setdefault(m.target, []).append((ctx.qualname, call, 1))
+
     def _resolve_call(self, ctx: Ctx, call: N) -> list[Call]:
         out: list[Call] = []
         refs = self.r.callee(ctx, call)
+        if self.sites is not None:
+            self._record_sites(ctx, call, refs)
         path = ctx.mod.path
         for r in refs:
             k = r.kind
@@ -417,7 +459,32 @@ class CallGraph:
                 if i < len(hits) and hits[i] < node.eb:
                     self.expand(f"{m}.{q}")
 
-    def build_all(self, progress=None) -> None:
+    def build_all(self, progress=None, arg_flow: bool = False) -> None:
+        """Expand every module, class and function. With arg_flow, parameters then get the
+        arguments of every call site found (Resolver.arg_sites) and the graph is built again,
+        until the call sites stop changing (at most ARG_FLOW_PASSES builds): a function passed
+        as an argument (`run(step)`, `run(cb=lambda: ...)`) is an edge from where the parameter
+        is called. Only the whole graph knows every call site; the scan's demand-driven graph
+        does not use this."""
+        if not arg_flow:
+            self._build_all(progress)
+            return
+        seen = None
+        for i in range(ARG_FLOW_PASSES):
+            self.sites = {}
+            self._build_all(progress)
+            got = {k: sorted({(c, x.sb, x.eb, b) for c, x, b in v}) for k, v in self.sites.items()}
+            if got == seen or i == ARG_FLOW_PASSES - 1:
+                self.sites = None
+                break
+            seen = got
+            sites, self.sites = self.sites, None
+            r = self.r
+            r.arg_sites = sites
+            r.reset()
+            self.__init__(self.index, r)
+
+    def _build_all(self, progress=None) -> None:
         mods = sorted(self.index.path_of)
         for i, m in enumerate(mods):
             if progress and i % 200 == 0:
@@ -435,14 +502,42 @@ class CallGraph:
         return self.expand(qualname)
 
     def to_pycg(self) -> dict[str, list[str]]:
-        """PyCG's format: every defined node (module/class/function) -> sorted callees.
-        Unresolved and JIT pseudo-nodes are left out (PyCG has no such nodes)."""
+        """PyCG's format: every defined node (module/class/function) -> sorted callees, named as
+        PyCG names them. Unresolved and JIT pseudo-nodes are left out (PyCG has no such nodes);
+        so is the edge to a class of the scan (calling it calls its __init__, an edge of its
+        own; a class whose constructor comes from a base outside the scan gets that base's
+        `__init__`), and an edge made only of calls inside a lambda's body, which belong to the
+        lambda's node (see `in_lambda`)."""
         out: dict[str, list[str]] = {}
         for n, data in self.g.nodes(data=True):
-            if data.get("kind") in ("module", "class", "function") and self.r.ctx(n) is not None:
-                out[n] = sorted(v for v in self.g.successors(n) if not v.startswith(("<unresolved:", "<jit:")))
+            if data.get("kind") not in ("module", "class", "function") or self.r.ctx(n) is None:
+                continue
+            callees = set()
+            for v in self.g.successors(n):
+                if v.startswith(("<unresolved:", "<jit:")) or not self.g.edges[n, v].get("direct", True):
+                    continue
+                if self.g.nodes[v].get("kind") == "class":
+                    callees.update(m.target for m in self.r.class_member(v, "__init__", 1, False) if m.kind == "external")
+                    continue
+                callees.add(pycg_name(v))
+            out[pycg_name(n)] = sorted(callees)
         return dict(sorted(out.items()))
 
+
+# PyCG's names for the methods of built-in types (`"a b".split` -> `<**PyStr**>.split`)
+_PYCG_TYPES = {"str": "PyStr", "dict": "PyDict", "list": "PyList", "tuple": "PyTuple", "set": "PySet",
+               "int": "PyInt", "float": "PyFloat", "bytes": "PyBytes"}
+
+
+def pycg_name(node: str) -> str:
+    """A node's name as PyCG writes it: nested scopes without `<locals>`, methods of built-in
+    types on a pseudo-module of their type."""
+    if node.startswith("<builtin>."):
+        parts = node.split(".")
+        if len(parts) == 3 and parts[1] in _PYCG_TYPES:
+            return f"<**{_PYCG_TYPES[parts[1]]}**>.{parts[2]}"
+        return node
+    return node.replace(".<locals>", "")
 
 def _text(ctx: Ctx, n: N) -> str:
     t = " ".join(ctx.mod.parsed.text(n).split())

@@ -186,7 +186,21 @@ class Resolver:
         self._members: dict[str, dict] = {}
         self._iattrs: dict[str, dict] = {}
         self._busy: set = set()
+        # list/tuple/set/dict displays met by eval: key (Ref.extra of their builtin Ref) -> (ctx, display)
+        self._containers: dict[str, tuple] = {}
         self.sinks: dict[str, SinkSite] = {}
+        # the call sites of each function when the whole graph is known (CallGraph.build_all
+        # with arg_flow): qualname -> [(caller qualname, call, number of leading parameters
+        # the call binds itself: 1 for a bound method or a constructor)]; a parameter then has
+        # the arguments passed there. None: parameters have only their annotations and defaults.
+        self.arg_sites: dict[str, list] | None = None
+
+    def reset(self) -> None:
+        """Forget everything resolved (bindings, returns, sinks), keeping the index, the rules
+        and arg_sites: for another pass over the same tree."""
+        sites = self.arg_sites
+        self.__init__(self.index, self.rules)
+        self.arg_sites = sites
 
     # ------------------------------------------------------------------ definitions
     def split(self, qualname: str) -> tuple[str, str | None] | None:
@@ -332,21 +346,73 @@ class Resolver:
                 t = st.f["target"]
                 if t.k == "name":
                     b.setdefault(t.f["id"], []).append(("aug", st.f["value"], st))
+            elif k == "expr":
+                self._bind_growth(b, st.f["value"])
         if not top:
             return
 
-    def _bind_target(self, b: dict, t: N, value: N | None, ann: N | None, st: N) -> None:
+    def _bind_target(self, b: dict, t: N, value: N | None, ann: N | None, st: N, path: tuple = ()) -> None:
+        """Bindings of an assignment target. `path`: the places of a nested target inside the
+        assigned value when that value is not a display (`a, (b, c) = f()`)."""
         if t.k == "name":
-            b.setdefault(t.f["id"], []).append(("assign", value, ann, None))
+            if path:
+                b.setdefault(t.f["id"], []).append(("unpack-at", value, path, st))
+            else:
+                b.setdefault(t.f["id"], []).append(("assign", value, ann, None))
         elif t.k in ("tuple", "list"):
             elts = t.f["elts"]
-            velts = value.f["elts"] if value is not None and value.k in ("tuple", "list") and len(value.f["elts"]) == len(elts) else None
+            stars = [i for i, e in enumerate(elts) if e.k == "starred"]
+            vel = value.f["elts"] if not path and value is not None and value.k in ("tuple", "list") else None
+            if vel is not None and any(v.k == "starred" for v in vel):
+                vel = None
+            if vel is not None and not stars and len(vel) != len(elts):
+                vel = None
+            if vel is not None and len(stars) == 1 and len(vel) >= len(elts) - 1:
+                # `a, *b, c = f1, f2, f3, f4`: b is the list of the values between
+                s0 = stars[0]
+                after = len(elts) - s0 - 1
+                for i, e in enumerate(elts):
+                    if i < s0:
+                        self._bind_target(b, e, vel[i], None, st)
+                    elif i > s0:
+                        self._bind_target(b, e, vel[len(vel) - (len(elts) - i)], None, st)
+                    elif e.f["value"] is not None:
+                        mid = vel[s0:len(vel) - after]
+                        sb, eb = (mid[0].sb, mid[-1].eb) if mid else (e.sb, e.eb)
+                        self._bind_target(b, e.f["value"], N("list", e.line, e.col, sb, eb, {"elts": mid}), None, st)
+                return
+            if vel is not None and not stars:
+                for i, e in enumerate(elts):
+                    self._bind_target(b, e, vel[i], None, st)
+                return
             for i, e in enumerate(elts):
-                if e.k == "name":
-                    if velts is not None:
-                        b.setdefault(e.f["id"], []).append(("assign", velts[i], None, None))
-                    else:
-                        b.setdefault(e.f["id"], []).append(("unpack", value, i, st))
+                if e.k == "name" and not path:
+                    b.setdefault(e.f["id"], []).append(("unpack", value, i, st))
+                elif e.k in ("name", "tuple", "list"):
+                    self._bind_target(b, e, value, None, st, path + (i,))
+                elif e.k == "starred" and e.f["value"] is not None and e.f["value"].k == "name":
+                    # any item of the value (its place is not known without the value's length)
+                    b.setdefault(e.f["value"].f["id"], []).append(("unpack-at", value, path + (None,), st))
+        elif t.k == "subscript" and t.f["value"].k == "name" and value is not None:
+            # `d["k"] = f`: an item of the container bound to d (read through `d[...]`)
+            b.setdefault(t.f["value"].f["id"] + "[]", []).append(("item", t.f["index"], value, None))
+
+    # methods that put an item (or the items of their argument) into a list, set or dict
+    _GROW_ONE = {"append": 0, "add": 0, "insert": 1}
+    _GROW_MANY = ("extend", "update")
+
+    def _bind_growth(self, b: dict, e: N) -> None:
+        """`d.append(f)`, `d.update({...})`, `d.setdefault(k, f)` as statements: items of d."""
+        if e is None or e.k != "call" or e.f["func"].k != "attr" or e.f["func"].f["value"].k != "name":
+            return
+        meth, args = e.f["func"].f["attr"], e.f["args"]
+        key = e.f["func"].f["value"].f["id"] + "[]"
+        if meth in self._GROW_ONE and len(args) > self._GROW_ONE[meth]:
+            b.setdefault(key, []).append(("item", None, args[self._GROW_ONE[meth]], None))
+        elif meth == "setdefault" and len(args) == 2:
+            b.setdefault(key, []).append(("item", args[0], args[1], None))
+        elif meth in self._GROW_MANY and len(args) == 1:
+            b.setdefault(key, []).append(("items", args[0], None, None))
 
     def locals_of(self, ctx: Ctx) -> dict:
         if ctx._locals is not None:
@@ -558,22 +624,62 @@ class Resolver:
                             out.append(Ref("instance-external", r.target, r.how + ("annotation",)))
             if not out:
                 out.append(unres("unknown-receiver", f"parameter {pname}"))
+            if default is not None:
+                # evaluated where the def is; callers may pass something else (so the
+                # parameter stays unresolved beside it)
+                out.extend(x for x in self.eval(ctx.parent or ctx, default, depth + 1) if x.kind != "unresolved")
+            if self.arg_sites is not None:
+                out.extend(self._passed(ctx, pname, depth + 1))
             return out
         if k == "iter":
             it = bd[1]
-            if it.k in ("list", "tuple"):
-                out = []
-                for e in it.f["elts"]:
-                    out.extend(self.eval(ctx, e, depth + 1))
-                return out
-            return [unres("unknown-receiver", "loop variable")]
+            st = bd[2]
+            got = [x for x in self.iterated(ctx, it, depth + 1) if x.kind != "unresolved"]
+            if got and st.f["target"].k != "name":
+                # `for a, b in [(f, g)]`: each name any part of an item
+                got = [y for y in self.items(tuple(got), None, depth + 1) if y.kind != "unresolved"] or got
+            return got or [unres("unknown-receiver", "loop variable")]
         if k == "with":
             return [unres("unknown-receiver", "with-statement target")]
-        if k == "unpack":
-            return [unres("unknown-receiver", "unpacked value")]
+        if k in ("unpack", "unpack-at"):
+            path = (bd[2],) if k == "unpack" else bd[2]
+            got = self.eval(ctx, bd[1], depth + 1)
+            for i in path:
+                got = self.items(got, i, depth + 1)
+            got = tuple(x for x in got if x.kind != "unresolved")
+            return list(got) or [unres("unknown-receiver", "unpacked value")]
         if k == "aug":
             return []
         return [unres("unknown-value", k)]
+
+    def _passed(self, ctx: Ctx, pname: str, depth: int) -> list[Ref]:
+        """The arguments the known call sites (arg_sites) pass for parameter pname of ctx's
+        function, by position or keyword, each evaluated where it is passed."""
+        sites = self.arg_sites.get(ctx.qualname) if self.arg_sites else None
+        if not sites or ctx.node is None:
+            return []
+        params = ctx.node.f["params"]
+        names = [p[0] for p in params]
+        if pname not in names:
+            return []
+        i = names.index(pname)
+        kind = params[i][2]
+        pos = i if kind == "" and all(p[2] == "" for p in params[:i]) else None
+        out: list[Ref] = []
+        for caller, call, bound in sites:
+            cctx = self.ctx(caller)
+            if cctx is None:
+                continue
+            arg = None
+            args = call.f["args"]
+            if pos is not None and pos >= bound and pos - bound < len(args):
+                if not any(a.k == "starred" for a in args[:pos - bound + 1]):
+                    arg = args[pos - bound]
+            if arg is None and kind in ("", "kwonly"):
+                arg = next((v for k, v in call.f["kwargs"] if k == pname), None)
+            if arg is not None:
+                out.extend(x.with_how("argument") for x in self.eval(cctx, arg, depth + 1) if x.kind != "unresolved")
+        return out
 
     def _func_ref(self, mod: ModuleInfo, qual: str, node: N, depth: int) -> Ref:
         qn = f"{mod.name}.{qual}"
@@ -764,8 +870,13 @@ class Resolver:
             return (Ref("const", type(v).__name__ if v is not None else "None", extra=v if isinstance(v, str) else ""),)
         if k == "fstring":
             return (Ref("const", "str"),)
-        if k in ("list", "tuple", "dict", "set", "comp"):
-            return (Ref("builtin", {"comp": "list"}.get(k, k)),)
+        if k in ("list", "tuple", "dict", "set"):
+            # the display's items are read back through subscripts, loops and unpacking
+            key = f"{ctx.mod.path}:{n.sb}:{n.eb}"
+            self._containers.setdefault(key, (ctx, n))
+            return (Ref("builtin", k, extra=key),)
+        if k == "comp":
+            return (Ref("builtin", "list"),)
         if k == "ifexp":
             return _dedup(list(self.eval(ctx, n.f["body"], depth + 1)) + list(self.eval(ctx, n.f["orelse"], depth + 1)))
         if k == "boolop":
@@ -773,10 +884,122 @@ class Resolver:
         if k == "walrus":
             return self.eval(ctx, n.f["value"], depth + 1)
         if k == "subscript":
-            return (unres("dynamic-callee", "subscript"),)
+            return self.subscript(ctx, n, depth + 1)
         if k == "lambda":
             return (unres("dynamic-callee", "lambda"),)
         return (unres("dynamic-callee", k),)
+
+    def subscript(self, ctx: Ctx, n: N, depth: int) -> tuple:
+        """`x[k]`: the items of the displays x may be bound to (those under a constant key or
+        index equal to k when there are such, else all), and what was put into x by name in
+        the scopes that see it (`x[k] = f`, `x.append(f)`, `x.update({...})`). A slice is the
+        container itself."""
+        base = self.eval(ctx, n.f["value"], depth + 1)
+        idx = n.f["index"]
+        if idx is not None and idx.k == "other" and b":" in ctx.mod.parsed.src[idx.sb:idx.eb]:
+            got = tuple(x for x in base if x.kind == "builtin" and x.extra in self._containers)
+            return got or (unres("dynamic-callee", "subscript"),)
+        key = idx.f["value"] if idx is not None and idx.k == "const" and isinstance(idx.f["value"], (str, int)) else None
+        out = list(self.items(base, key, depth + 1))
+        if n.f["value"].k == "name":
+            out.extend(self.item_bindings(ctx, n.f["value"].f["id"], key, depth + 1))
+        out = [x for x in out if x.kind != "unresolved"]
+        return _dedup(out) if out else (unres("dynamic-callee", "subscript"),)
+
+    def items(self, refs: tuple, key, depth: int) -> tuple:
+        """Items of the displays among refs: under key (a constant key or index; None: any)
+        when some item is, else all of them. Starred items and `**` splats give their own items."""
+        out: list[Ref] = []
+        if depth > MAX_DEPTH:
+            return ()
+        for r in refs:
+            got = self._containers.get(r.extra) if r.kind == "builtin" else None
+            if got is None:
+                continue
+            cctx, disp = got
+            if disp.k == "dict":
+                pairs = [(kn.f["value"] if kn is not None and kn.k == "const" else _ANY if kn is not None else None, v)
+                         for kn, v in disp.f["pairs"]]
+            else:
+                pairs = []
+                for i, e in enumerate(disp.f["elts"]):
+                    pairs.append((None, e.f["value"]) if e.k == "starred" else (i, e))
+            if key is not None and any(pk == key for pk, _v in pairs):
+                pairs = [(pk, v) for pk, v in pairs if pk == key]
+            for pk, v in pairs:
+                if v is None:
+                    continue
+                if pk is None:  # a splat: the items of what is spread
+                    out.extend(self.items(self.eval(cctx, v, depth + 1), key, depth + 1))
+                else:
+                    out.extend(self.eval(cctx, v, depth + 1))
+        return _dedup(out)
+
+    def item_bindings(self, ctx: Ctx, name: str, key, depth: int) -> list[Ref]:
+        """What statements put into the container bound to `name`: in ctx and the scopes
+        around it, up to the one that binds the name."""
+        binds = []
+        c = ctx
+        while c is not None:
+            if c.kind == "function" or c is ctx or c.kind == "module":
+                loc = self.gbind(c.mod.name) if c.kind == "module" else self.locals_of(c)
+                for b in loc.get(name + "[]", ()):
+                    binds.append((c, b))
+                if name in loc:
+                    break
+            c = c.parent if c.kind != "module" else None
+            if c is None and ctx.kind != "module" and binds is not None:
+                pass
+        if ctx.kind != "module" and not any(cc.kind == "module" for cc, _b in binds):
+            mctx = self.ctx(ctx.mod.name)
+            if mctx is not None and name not in self._scope_names(ctx):
+                binds.extend((mctx, b) for b in self.gbind(ctx.mod.name).get(name + "[]", ()))
+        out: list[Ref] = []
+        for c, (kind, kn, v, _x) in binds:
+            if kind == "item":
+                if key is not None and kn is not None and kn.k == "const" and kn.f["value"] != key:
+                    continue
+                out.extend(self.eval(c, v, depth + 1))
+            else:
+                out.extend(self.items(self.eval(c, kn, depth + 1), key, depth + 1))
+        return out
+
+    def _scope_names(self, ctx: Ctx) -> set:
+        """Names bound in the function scopes from ctx outwards (not the module)."""
+        out: set = set()
+        c = ctx
+        while c is not None and c.kind != "module":
+            if c.kind == "function" or c is ctx:
+                out.update(self.locals_of(c))
+            c = c.parent
+        return out
+
+    def iterated(self, ctx: Ctx, it: N, depth: int) -> list[Ref]:
+        """Values a `for` loop over `it` binds: the items of displays, what `__next__` returns for
+        an instance of a class of the scan (through `__iter__`)."""
+        refs = self.eval(ctx, it, depth + 1)
+        out = list(self.items(refs, None, depth + 1))
+        if it.k == "name":
+            out.extend(self.item_bindings(ctx, it.f["id"], None, depth + 1))
+        for m in self.iter_protocol(refs, depth + 1):
+            if m.target.endswith(".__next__"):
+                out.extend(_returned(self.returns(m.target, depth + 1)))
+        return out
+
+    def iter_protocol(self, refs: tuple, depth: int) -> list[Ref]:
+        """`__iter__` and `__next__` of the instances among refs, as a loop over them calls them:
+        `__next__` of what `__iter__` returns."""
+        out: list[Ref] = []
+        for r in refs:
+            if r.kind != "instance":
+                continue
+            its = [m for m in self.class_member(r.target, "__iter__", depth, True) if m.kind == "function"]
+            out.extend(its)
+            for m in its:
+                for x in self.returns(m.target, depth + 1):
+                    if x.kind == "instance":
+                        out.extend(n for n in self.class_member(x.target, "__next__", depth, True) if n.kind == "function")
+        return list(_dedup(out))
 
     def callee(self, ctx: Ctx, call: N, depth: int = 0) -> tuple:
         """What a call expression calls (the value of `getattr(mod, "const")` is resolved in eval)."""
@@ -931,6 +1154,9 @@ def _returned(refs) -> list[Ref]:
         how = ("module-getter",) if "module-getter" in x.how else ("return-value",) if x.kind != "unresolved" else ()
         out.append(Ref(x.kind, x.target, how, x.jit, x.extra))
     return out
+
+
+_ANY = object()  # a dict key that is not a constant: matches no constant key
 
 
 def _dedup(refs) -> tuple:
