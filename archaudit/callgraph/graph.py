@@ -1,21 +1,22 @@
 """The call graph (networkx DiGraph), built on demand.
 
 Nodes: modules (`pkg.mod`), classes (`pkg.mod.Class`), functions and methods (`pkg.mod.Class.meth`,
-nested: `pkg.mod.f.<locals>.g`), names outside the scan (`torch.empty`, `<builtin>.len`), JIT
+nested: `pkg.mod.f.<locals>.g`, lambdas: `pkg.mod.f.<locals>.<lambda1>`), names outside the scan (`torch.empty`, `<builtin>.len`), JIT
 modules (`<jit:NAME>`), and `<unresolved:REASON>` nodes for callees that could not be resolved.
 Edge data: `how` (the resolution rules of the first call site) and `sites`: [(path, line, how)].
 
 `expand(node)` computes one node's out-edges (parsing only the modules it reaches);
 `callers(qualname)` finds in-edges, parsing only modules whose bytes contain the callee's name
 (other than as an attribute of a package outside the scan);
-`build_all()` expands everything (what `callgraph --format pycg` needs).
+`build_all()` expands everything (what `callgraph --format pycg` needs; with arg_flow, parameters
+get the arguments of every call site). bench/pycg.py scores it on PyCG's micro-benchmark.
 """
 from __future__ import annotations
 
 import bisect
 import re
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import networkx as nx
 
@@ -34,6 +35,9 @@ WORD_INDEX_AFTER = 40
 # builds of the whole graph with argument flow (build_all): each pass may find call sites (of
 # functions reached only through a parameter) that the next one follows
 ARG_FLOW_PASSES = 4
+# built-ins that call a function handed to them: name -> the keyword it comes in (None: any
+# positional argument)
+_CALLING_BUILTINS = {"map": None, "filter": None, "sorted": "key", "min": "key", "max": "key"}
 # a word the index answers exactly as `\bword\b` would (bytes patterns: \w is ASCII)
 _ASCII_WORD = re.compile(rb"\w+")
 
@@ -60,6 +64,9 @@ class Call:
     how: str
     detail: str = ""
     entry: str | None = None  # for calls on a built JIT module: the entry point's name
+    # a call inside the body of a lambda of the caller: an edge of the caller (the scan follows
+    # what a scope may run), and of the lambda's own node, which the PyCG format keeps alone
+    in_lambda: bool = False
 
 
 class CallGraph:
@@ -86,7 +93,7 @@ class CallGraph:
         self.limit: int | None = None
         # when a dict: every call site resolved to a function of the scan is recorded here
         # (Resolver.arg_sites' form), for build_all's argument flow
-        self.sites: dict[str, list] | None = None
+        self.recorded_sites: dict[str, list] | None = None
 
     def check_budget(self) -> None:
         if self.limit is not None and self.work > self.limit:
@@ -116,7 +123,9 @@ class CallGraph:
         if ctx is None:
             return []
         self._def_node(qualname)
-        if ctx.kind == "function":
+        if ctx.kind == "function" and ctx.node.k == "lambda":
+            stmts = [N("expr", ctx.node.line, ctx.node.col, ctx.node.sb, ctx.node.eb, {"value": ctx.node.f["body"]})]
+        elif ctx.kind == "function":
             # the body of every def that may be bound to the name (one per branch of an if)
             stmts = [st for node in ctx.mod.bound_defs(ctx.qual) for st in iter_stmts(node.f["body"])]
         elif ctx.kind == "class":
@@ -151,7 +160,7 @@ class CallGraph:
                 elif e.k == "lambda":
                     for x in walk_exprs([e.f["body"]]):
                         if x.k == "call":
-                            calls.extend(self._resolve_call(ctx, x))
+                            calls.extend(replace(c, in_lambda=True) for c in self._resolve_call(ctx, x))
         self._calls[qualname] = calls
         for c in calls:
             self._add(c)
@@ -193,16 +202,16 @@ class CallGraph:
                 elif c.self_name and call.f["func"].k == "attr":
                     recv = self.r.eval(ctx, call.f["func"].f["value"])
                     bound = int(any(x.kind in ("instance", "super") for x in recv))
-                self.sites.setdefault(r.target, []).append((ctx.qualname, call, bound))
+                self.recorded_sites.setdefault(r.target, []).append((ctx.qualname, call, bound))
             elif r.kind == "class":
                 for m in self.r.class_member(r.target, "__init__", 1, False):
                     if m.kind == "function":
-                        self.sites.setdefault(m.target, []).append((ctx.qualname, call, 1))
+                        self.recorded_sites.setdefault(m.target, []).append((ctx.qualname, call, 1))
 
     def _resolve_call(self, ctx: Ctx, call: N) -> list[Call]:
         out: list[Call] = []
         refs = self.r.callee(ctx, call)
-        if self.sites is not None:
+        if self.recorded_sites is not None:
             self._record_sites(ctx, call, refs)
         path = ctx.mod.path
         for r in refs:
@@ -235,6 +244,8 @@ class CallGraph:
                     out.extend(self._traced_arguments(ctx, call, r.target))
             elif k == "builtin":
                 out.append(Call(ctx.qualname, f"<builtin>.{r.target}", path, call.line, call.col, "builtin"))
+                if r.target in _CALLING_BUILTINS:
+                    out.extend(self._called_by_builtin(ctx, call, r.target))
             elif k == "entry":
                 for key in sorted(r.jit):
                     out.append(Call(ctx.qualname, jit_node(key), path, call.line, call.col,
@@ -269,12 +280,14 @@ class CallGraph:
         if found is None:
             found = self._sites[qualname] = {}
             ctx = self.r.ctx(qualname)
-            if ctx is not None and ctx.kind == "function":
+            if ctx is not None and ctx.kind == "function" and ctx.node.k == "lambda":
+                stmts = [N("expr", ctx.node.line, ctx.node.col, ctx.node.sb, ctx.node.eb, {"value": ctx.node.f["body"]})]
+            elif ctx is not None and ctx.kind == "function":
                 stmts = [st for node in ctx.mod.bound_defs(ctx.qual) for st in iter_stmts(node.f["body"])]
             elif ctx is not None and ctx.kind == "class":
                 stmts = list(flatten_top(ctx.node.f["body"]))
             elif ctx is not None:
-                stmts = list(flatten_top(ctx.mod.parsed.body))
+                stmts = list(iter_stmts(ctx.mod.parsed.body))  # as expand() walks a module
             else:
                 stmts = []
             stack = [v for st in stmts for key, v in st.f.items() if key not in ("body", "orelse", "handlers", "final")]
@@ -333,6 +346,18 @@ class CallGraph:
                 return self.r.eval(callee.parent, default)
         return ()
 
+    def _called_by_builtin(self, ctx: Ctx, call: N, name: str) -> list[Call]:
+        """Functions of the scan that a built-in calls: any function among the positional
+        arguments of map/filter (called on each item), the `key=` of sorted/min/max."""
+        kw = _CALLING_BUILTINS[name]
+        args = [v for k, v in call.f["kwargs"] if k == kw] if kw else list(call.f["args"])
+        out = []
+        for a in args:
+            for ref in self.r.eval(ctx, a):
+                if ref.kind in ("function", "partial") and ref.target != "<build>":
+                    out.append(Call(ctx.qualname, ref.target, ctx.mod.path, a.line, a.col, f"called-by:{name}"))
+        return out
+
     def _traced_arguments(self, ctx: Ctx, call: N, tracer: str) -> list[Call]:
         """Functions of the scan, and objects whose class defines __call__, handed to a call that
         runs them to build code (`cute.compile(kernel, ...)` traces `kernel`): called there."""
@@ -361,9 +386,11 @@ class CallGraph:
             self._node(callee, "external")
         self._node(c.caller, "function")
         if self.g.has_edge(c.caller, callee):
-            self.g.edges[c.caller, callee]["sites"].append((c.path, c.line, c.how))
+            e = self.g.edges[c.caller, callee]
+            e["sites"].append((c.path, c.line, c.how))
+            e["direct"] = e["direct"] or not c.in_lambda
         else:
-            self.g.add_edge(c.caller, callee, how=c.how, sites=[(c.path, c.line, c.how)])
+            self.g.add_edge(c.caller, callee, how=c.how, sites=[(c.path, c.line, c.how)], direct=not c.in_lambda)
 
     # ------------------------------------------------------------------ traversal
     def reachable(self, start: str, max_depth: int = 12, stop=None) -> nx.DiGraph:
@@ -471,14 +498,14 @@ class CallGraph:
             return
         seen = None
         for i in range(ARG_FLOW_PASSES):
-            self.sites = {}
+            self.recorded_sites = {}
             self._build_all(progress)
-            got = {k: sorted({(c, x.sb, x.eb, b) for c, x, b in v}) for k, v in self.sites.items()}
+            got = {k: sorted({(c, x.sb, x.eb, b) for c, x, b in v}) for k, v in self.recorded_sites.items()}
             if got == seen or i == ARG_FLOW_PASSES - 1:
-                self.sites = None
+                self.recorded_sites = None
                 break
             seen = got
-            sites, self.sites = self.sites, None
+            sites, self.recorded_sites = self.recorded_sites, None
             r = self.r
             r.arg_sites = sites
             r.reset()
@@ -496,6 +523,8 @@ class CallGraph:
             for q in list(mod.classes):
                 self.expand(f"{m}.{q}")
             for q in list(mod.functions):
+                self.expand(f"{m}.{q}")
+            for q in list(self.r.lambdas(mod)[1]):
                 self.expand(f"{m}.{q}")
 
     def calls_from(self, qualname: str) -> list[Call]:

@@ -194,6 +194,8 @@ class Resolver:
         # the call binds itself: 1 for a bound method or a constructor)]; a parameter then has
         # the arguments passed there. None: parameters have only their annotations and defaults.
         self.arg_sites: dict[str, list] | None = None
+        # per module: (lambda start byte -> qual, qual -> lambda node), see lambdas()
+        self._lambdas: dict[str, tuple[dict, dict]] = {}
 
     def reset(self) -> None:
         """Forget everything resolved (bindings, returns, sinks), keeping the index, the rules
@@ -231,7 +233,57 @@ class Resolver:
             return mod, q, mod.functions[q], "function"
         if q in mod.classes:
             return mod, q, mod.classes[q], "class"
+        if "<lambda" in q:
+            node = self.lambdas(mod)[1].get(q)
+            if node is not None:
+                return mod, q, node, "function"
         return None
+
+    def lambdas(self, mod: ModuleInfo) -> tuple[dict, dict]:
+        """The lambdas of a module as scopes, named as PyCG names them: `<lambdaN>`, counted in
+        source order per enclosing scope (`f.<locals>.<lambda1>`, `C.<lambda2>`, `<lambda1>` at
+        module level; a lambda inside a lambda under it). (start byte -> qual, qual -> node)."""
+        got = self._lambdas.get(mod.name)
+        if got is not None:
+            return got
+        by_sb: dict[int, str] = {}
+        by_q: dict[str, N] = {}
+        self._lambdas[mod.name] = (by_sb, by_q)
+        src = mod.parsed.src
+        if b"lambda" not in src:
+            return by_sb, by_q
+        # (statements, scope qual or None, prefix of names defined in it)
+        todo: list = [(mod.parsed.body, None, "")]
+        while todo:
+            body, scope, prefix = todo.pop()
+            exprs: list[N] = []
+            for st in iter_stmts(body):
+                if st.k == "def":
+                    exprs.extend(st.f.get("decorators", []))
+                    exprs.extend(d for _n, d, _k in st.f["params"] if d is not None)
+                    q = prefix + st.f["name"]
+                    todo.append((st.f["body"], q, q + ".<locals>."))
+                elif st.k == "class":
+                    exprs.extend(st.f.get("decorators", []))
+                    exprs.extend(st.f["bases"])
+                    q = prefix + st.f["name"]
+                    todo.append((st.f["body"], q, q + "."))
+                else:
+                    exprs.append([v for key, v in st.f.items() if key not in ("body", "orelse", "handlers", "final")])
+            found = [e for e in walk_exprs(exprs) if e.k == "lambda"]
+            self._name_lambdas(found, prefix, by_sb, by_q)
+        return by_sb, by_q
+
+    def _name_lambdas(self, found: list, prefix: str, by_sb: dict, by_q: dict) -> None:
+        for i, lam in enumerate(sorted(found, key=lambda x: x.sb), 1):
+            q = f"{prefix}<lambda{i}>"
+            if lam.sb in by_sb:
+                continue
+            by_sb[lam.sb] = q
+            by_q[q] = lam
+            inner = [e for e in walk_exprs([lam.f["body"]] + [d for _n, d, _k in lam.f["params"] if d is not None])
+                     if e.k == "lambda"]
+            self._name_lambdas(inner, q + ".<locals>.", by_sb, by_q)
 
     def ctx(self, qualname: str) -> Ctx | None:
         if qualname in self._ctx:
@@ -418,7 +470,13 @@ class Resolver:
         if ctx._locals is not None:
             return ctx._locals
         b: dict = {}
-        if ctx.kind == "function":
+        if ctx.kind == "function" and ctx.node.k == "lambda":
+            for i, (pname, default, _pkind) in enumerate(ctx.node.f["params"]):
+                b.setdefault(pname, []).append(("param", pname, None, default, i == 0 and ctx.self_name is not None))
+            for e in walk_exprs([ctx.node.f["body"]]):
+                if e.k == "walrus":
+                    b.setdefault(e.f["target"], []).append(("assign", e.f["value"], None, None))
+        elif ctx.kind == "function":
             # every def that may be bound to the name (one per branch of an if) binds its locals
             nodes = ctx.mod.bound_defs(ctx.qual)
             src = ctx.mod.parsed.src
@@ -886,7 +944,8 @@ class Resolver:
         if k == "subscript":
             return self.subscript(ctx, n, depth + 1)
         if k == "lambda":
-            return (unres("dynamic-callee", "lambda"),)
+            q = self.lambdas(ctx.mod)[0].get(n.sb)
+            return (Ref("function", f"{ctx.mod.name}.{q}"),) if q else (unres("dynamic-callee", "lambda"),)
         return (unres("dynamic-callee", k),)
 
     def subscript(self, ctx: Ctx, n: N, depth: int) -> tuple:
@@ -948,12 +1007,6 @@ class Resolver:
                 if name in loc:
                     break
             c = c.parent if c.kind != "module" else None
-            if c is None and ctx.kind != "module" and binds is not None:
-                pass
-        if ctx.kind != "module" and not any(cc.kind == "module" for cc, _b in binds):
-            mctx = self.ctx(ctx.mod.name)
-            if mctx is not None and name not in self._scope_names(ctx):
-                binds.extend((mctx, b) for b in self.gbind(ctx.mod.name).get(name + "[]", ()))
         out: list[Ref] = []
         for c, (kind, kn, v, _x) in binds:
             if kind == "item":
@@ -962,16 +1015,6 @@ class Resolver:
                 out.extend(self.eval(c, v, depth + 1))
             else:
                 out.extend(self.items(self.eval(c, kn, depth + 1), key, depth + 1))
-        return out
-
-    def _scope_names(self, ctx: Ctx) -> set:
-        """Names bound in the function scopes from ctx outwards (not the module)."""
-        out: set = set()
-        c = ctx
-        while c is not None and c.kind != "module":
-            if c.kind == "function" or c is ctx:
-                out.update(self.locals_of(c))
-            c = c.parent
         return out
 
     def iterated(self, ctx: Ctx, it: N, depth: int) -> list[Ref]:
@@ -1119,6 +1162,13 @@ class Resolver:
             return ()
         self._busy.add(qualname)
         out: list[Ref] = []
+        if c.node.k == "lambda":
+            try:
+                out.extend(self.eval(c, c.node.f["body"], depth + 1))
+            finally:
+                self._busy.discard(qualname)
+            self._ret[qualname] = _dedup(out)
+            return self._ret[qualname]
         try:
             for st in iter_stmts(c.node.f["body"]):
                 if st.k == "return" and st.f["value"] is not None:
