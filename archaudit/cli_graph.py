@@ -12,7 +12,7 @@ _SITE = re.compile(r"^(?P<file>.+):(?P<line>\d+)$")
 
 
 def _open(path: str):
-    # lazy: keeps `archaudit --help` at 0.1 s (every command's imports: 0.75 s)
+    # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
     from .callgraph import Analysis
     from .sources import SourceError
 
@@ -32,7 +32,7 @@ def _site(a, text: str):
     if root is not None and f.startswith(str(root).rstrip("/") + "/"):
         f = f[len(str(root).rstrip("/")) + 1:]
     if not f.endswith(".py") and a.source.read(f) is not None:
-        # lazy: keeps `archaudit --help` at 0.1 s (every command's imports: 0.75 s)
+        # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
         from .callgraph import GateSite
 
         # a C/C++ runtime check: found again by explain from the file's bytes
@@ -61,7 +61,7 @@ def explain_cmd(path, site, targets, fmt, output, no_cache):
     --target: the gate as the scan of PATH for those targets judged it (read from the scan's cache
     when `archaudit scan` has run), for each target it excludes the verdict (software-only /
     partial / hardware-bound / binary-only / unresolved) with evidence and patch."""
-    # lazy: keeps `archaudit --help` at 0.1 s (every command's imports: 0.75 s)
+    # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
     from .callgraph.render import explain_text
     from .runtime import run_with_big_stack
 
@@ -81,7 +81,7 @@ def explain_cmd(path, site, targets, fmt, output, no_cache):
 def _explain_targets(path, site, targets, fmt, output, no_cache) -> None:
     """The scan's verdicts for the gates on one line: the scan runs through its cache (a hit after
     `archaudit scan PATH -t ...` with the same targets), so explain says what scan reported."""
-    # lazy: keeps `archaudit --help` at 0.1 s (every command's imports: 0.75 s)
+    # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
     from .explain import from_scan, render_text
     from .report.jsonout import finding_to_json, gate_to_json
     from .sources import SourceError, open_source
@@ -126,7 +126,7 @@ def _explain_targets(path, site, targets, fmt, output, no_cache) -> None:
 @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True))
 def graph_cmd(path, start, fmt, depth, output):
     """The subgraph from a gate or function down to the JIT modules it reaches (DOT or Mermaid)."""
-    # lazy: keeps `archaudit --help` at 0.1 s (every command's imports: 0.75 s)
+    # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
     from .callgraph.render import to_dot, to_mermaid
     from .runtime import run_with_big_stack
 
@@ -137,7 +137,7 @@ def graph_cmd(path, start, fmt, depth, output):
 
 
 def _subgraph(a, start: str, depth: int):
-    # lazy: keeps `archaudit --help` at 0.1 s (every command's imports: 0.75 s)
+    # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
     import networkx as nx
 
     names = {}
@@ -190,7 +190,7 @@ def _subgraph(a, start: str, depth: int):
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the cache `scan` uses.")
 def callgraph_cmd(path, fmt, output, no_cache):
     """The whole call graph: PyCG JSON ({"pkg.mod.func": [callees]}) or archaudit JSON (edges with sites)."""
-    # lazy: keeps `archaudit --help` at 0.1 s (every command's imports: 0.75 s)
+    # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
     from .cache import Cache
     from .derived import cached_by_inputs
     from .sources import SourceError
@@ -206,7 +206,7 @@ def callgraph_cmd(path, fmt, output, no_cache):
 
 
 def _callgraph_text(path, fmt) -> str:
-    # lazy: keeps `archaudit --help` at 0.1 s (every command's imports: 0.75 s)
+    # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
     from .runtime import run_with_big_stack
 
     a = _open(path)

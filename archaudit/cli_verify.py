@@ -37,10 +37,10 @@ def verify_cmd(path, target, modules, gates, jobs, timeout, includes, nvcc_flags
     compile target the JIT uses, with the module's defines, flags and include paths; nothing is run.
     Default selection: every module whose verdict is software-only, partial or hardware-bound.
     Exit 0 when nothing is refuted, 1 when something is, 2 on a usage error or without nvcc."""
-    # lazy: keeps `archaudit --help` at 0.1 s (every command's imports: 0.75 s)
+    # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
     from . import verify as V
     from .cuda.tu import CudaProject
-    # lazy: keeps `archaudit --help` at 0.1 s (every command's imports: 0.75 s)
+    # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
     from .sources import open_source
     from .targets import registry
 

@@ -141,7 +141,7 @@ def judge_module(ref: ModuleRef, ct: CompileTarget, tus: TuCache) -> ModuleJudge
     mv = ModuleVerdict(ref.name, list(ref.sources), ct.name, "builds")
     out = ModuleJudgement(mv, [], {})
     if ref.binary is not None:
-        # lazy: a cache hit (0.25-0.45 s) imports no analysis (20-45 ms more)
+        # lazy: a cache hit imports no analysis
         from .binary.sinks import module_binary
 
         b = module_binary(ref.binary["sink"], ct.gpu_name)
@@ -408,7 +408,7 @@ def _confiner(analysis):
     """The scan's Confiner (callgraph/confine.py), made on first use."""
     c = analysis.__dict__.get("_confiner")
     if c is None:
-        # lazy: a cache hit (0.25-0.45 s) imports no analysis (20-45 ms more)
+        # lazy: a cache hit imports no analysis
         from .callgraph.confine import Confiner
 
         scanned = {m.split(".", 1)[0] for m in analysis.index.path_of}
@@ -654,7 +654,7 @@ def patch_plan(f: Finding, g: Gate, gpu: Gpu, b: Behind, by_place, patcher, firs
     hard-coded nvcc flags give no code for the target (its flags get the target's -gencode);
     `first`: gates that stop the target before it reaches this one. A `build-flags` gate at a
     generator's def is patched at its build calls only."""
-    # lazy: a cache hit (0.25-0.45 s) imports no analysis (20-45 ms more)
+    # lazy: a cache hit imports no analysis
     from .patch import combined_patch
 
     plan = list(first) + ([] if g.kind == BUILD_FLAGS and g.region == "build" else [g])
@@ -967,7 +967,7 @@ def _admitted_arm(gate: Gate, arm: str) -> bool:
 
 
 def _binary_sinks_in(analysis, functions: set[str]) -> list:
-    # lazy: a cache hit (0.25-0.45 s) imports no analysis (20-45 ms more)
+    # lazy: a cache hit imports no analysis
     from .binary.sinks import sink_finder, sinks_in_function
 
     cache = analysis.__dict__.setdefault("_binary_sinks", {})

@@ -170,7 +170,7 @@ def _scan(path, targets, reg, progress, cache, workers) -> ScanResult:
                               diagnostics=list(payload["diagnostics"]), targets=targets,
                               findings=list(payload["findings"]), modules=list(payload["modules"]),
                               stats=stats, cache=info)
-    # lazy: a cache hit (0.25-0.45 s) imports no analysis (20-45 ms more)
+    # lazy: a cache hit imports no analysis
     from .cuda.runtime_checks import scan_runtime_checks
     from .python.gates import find_python_gates
     from .python.index import Index
@@ -286,7 +286,7 @@ def _scan(path, targets, reg, progress, cache, workers) -> ScanResult:
         key = fp.key(tnames)
         if store.put("result", key, payload):
             info["key"] = key
-            # lazy: a cache hit (0.25-0.45 s) imports no analysis (20-45 ms more)
+            # lazy: a cache hit imports no analysis
             from .derived import store_scan_patch
 
             store_scan_patch(store, result, reg)  # what `archaudit patch` reads back (derived.py)
@@ -338,7 +338,7 @@ def _with_reads(source: Source, fn):
 
 def _runtime_checks_worker(source: Source, cpp_files: list[str]):
     """In a forked process: the checks, and what reading the files told the Source."""
-    # lazy: a cache hit (0.25-0.45 s) imports no analysis (20-45 ms more)
+    # lazy: a cache hit imports no analysis
     from .cuda.runtime_checks import scan_runtime_checks
 
     return _with_reads(source, lambda: scan_runtime_checks(SourceReader(source), cpp_files))
@@ -378,7 +378,7 @@ def _cuda_warm(files: list[str], py_files: list[str]) -> int:
     parent sets the stop event (inherited: an Event cannot be pickled).
     Only files that read without a diagnostic are kept (Source.read_quietly): the others are
     read, and reported, by the TU analysis that needs them, as in-process."""
-    # lazy: a cache hit (0.25-0.45 s) imports no analysis (20-45 ms more)
+    # lazy: a cache hit imports no analysis
     from .cuda import features as F
     from .cuda.preproc import OP_INCLUDE
     from .cuda.tu import CudaProject
@@ -499,7 +499,7 @@ class CudaWorker:
 def _parse_one(data: bytes, shallow: bool) -> bytes | None:
     """Index._load's parse of these bytes, for loads_parsed; None when it failed (the parent
     parses them again, and reports what goes wrong, as without a worker)."""
-    # lazy: a cache hit (0.25-0.45 s) imports no analysis (20-45 ms more)
+    # lazy: a cache hit imports no analysis
     from .parsing.python_ir import dumps_parsed, parse_python
 
     try:
@@ -644,7 +644,7 @@ class ParsePool:
     def take(self, path: str, data: bytes, shallow: bool):
         """The ParsedModule of these bytes if the worker has made it, else None (and the worker
         will not make it)."""
-        # lazy: a cache hit (0.25-0.45 s) imports no analysis (20-45 ms more)
+        # lazy: a cache hit imports no analysis
         from .parsing.python_ir import loads_parsed
 
         rid = self.ids.pop((path, shallow), None)
@@ -744,7 +744,7 @@ def _same_run(prev: dict | None, fp, key: str, tnames: list[str]) -> bool:
 
 def _cutoff(source: Source, fp, prev: dict | None, store: Cache, tnames: list[str]) -> dict | None:
     """The previous result, if every changed file provably cannot change it (see scancache)."""
-    # lazy: a cache hit (0.25-0.45 s) imports no analysis (20-45 ms more)
+    # lazy: a cache hit imports no analysis
     from .python.gates import cutoff_view
     from .python.index import words_of
 
@@ -779,7 +779,7 @@ def _cutoff(source: Source, fp, prev: dict | None, store: Cache, tnames: list[st
         # a patch quotes context lines, which may reach into a file's trailing comments
         patches = [f.patch for f in payload["findings"] if f.patch and f"--- {p}\n" in f.patch]
         if patches:
-            # lazy: a cache hit (0.25-0.45 s) imports no analysis (20-45 ms more)
+            # lazy: a cache hit imports no analysis
             from .patch import hunks_unchanged
 
             o, n = (x.decode("utf-8", "surrogateescape") for x in (old, new))
@@ -810,7 +810,7 @@ def judge_scan(source: Source, files: list[str], index: Index, gates: list[Gate]
                package_of: Callable[[str], str | None] = lambda p: None) -> JudgedScan:
     """Verdicts for every gate x target the gate excludes (archaudit.judge), and the JIT-module
     inventory with the build-flag gates it finds (archaudit.inventory)."""
-    # lazy: a cache hit (0.25-0.45 s) imports no analysis (20-45 ms more)
+    # lazy: a cache hit imports no analysis
     from .callgraph import Analysis
     from .cuda.tu import CudaProject
     from .inventory import Inventory

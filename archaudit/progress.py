@@ -20,7 +20,7 @@ def scan_progress(console, enabled: bool, delay: float = 1.0):
     if not enabled:
         yield lambda msg, done=None, total=None: None
         return
-    # lazy: rich (15-50 ms) only when a progress bar is shown
+    # lazy: rich only when a progress bar is shown
     from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 

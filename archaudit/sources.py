@@ -108,7 +108,7 @@ class Source:
                 return None
             if rel not in self._screened:
                 self._screened.add(rel)
-                # lazy: a cache hit (0.25-0.45 s) imports no analysis (20-45 ms more)
+                # lazy: a cache hit imports no analysis
                 from .cuda.preproc import unbalanced_conditionals, unbalanced_message
 
                 for line, msg in unbalanced_conditionals(data):

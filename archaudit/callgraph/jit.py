@@ -10,6 +10,7 @@ template is the template ("generated", read through the CUDA side's rendered vie
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -203,25 +204,24 @@ class JitModel:
         key missing from the table) builds nothing and is left out. [] when the sources do not
         differ, or there are more than `limit` combinations."""
         options = self.literal_params(self.r.ctx(fn))
-        count = 1
-        for _name, opts in options:
-            count *= len(opts)
-        if not options or count > limit:
+        if not options or math.prod(len(opts) for _name, opts in options) > limit:
             return []
         site = self.r.sinks.get(key)
         out: list[JitModule] = []
         seen: set = set()
+        file_sets: set = set()
         for combo in itertools.product(*(opts for _name, opts in options)):
             env = dict(zip((n for n, _o in options), combo))
             v = self.module_via(key, calls, env) if calls else self._analyse(site, env) if site else None
             if v is None or not v.sources or any(k.startswith("sources-") and k[8:] in RAISES for k, _r in v.unresolved):
                 continue
             v.source_choices = 1
-            got = (v.name, tuple(s.path or s.text for s in v.sources), tuple(v.cuda_cflags or ()))
-            if got not in seen:
-                seen.add(got)
+            files = tuple(s.path or s.text for s in v.sources)
+            if (v.name, files, tuple(v.cuda_cflags or ())) not in seen:
+                seen.add((v.name, files, tuple(v.cuda_cflags or ())))
                 out.append(v)
-        return out if len({tuple(s.path or s.text for s in v.sources) for v in out}) > 1 else []
+                file_sets.add(files)
+        return out if len(file_sets) > 1 else []
 
     def _analyse(self, site: SinkSite, env: dict | None = None) -> JitModule:
         ctx, call, rule = site.ctx, site.call, site.rule

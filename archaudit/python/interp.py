@@ -1805,49 +1805,27 @@ class Interp:
 _EVALUATORS = {a[3:]: getattr(Interp, a) for a in dir(Interp) if a.startswith("_e_")}
 
 
+@dataclass(frozen=True, slots=True)
 class _CapProps:
     """torch.cuda.get_device_properties(...) on one GPU: only .major and .minor are known."""
 
-    __slots__ = ("major", "minor")
-
-    def __init__(self, major: int, minor: int):
-        self.major, self.minor = major, minor
-
-    def __eq__(self, o):
-        return isinstance(o, _CapProps) and (self.major, self.minor) == (o.major, o.minor)
-
-    def __hash__(self):
-        return hash(("props", self.major, self.minor))
+    major: int
+    minor: int
 
 
+@dataclass(frozen=True, slots=True)
 class _TvmKind:
     """A TVM target's kind: only .name is known."""
 
-    __slots__ = ("name",)
-
-    def __init__(self, name: str):
-        self.name = name
-
-    def __eq__(self, o):
-        return isinstance(o, _TvmKind) and self.name == o.name
-
-    def __hash__(self):
-        return hash(("tvm-kind", self.name))
+    name: str
 
 
+@dataclass(frozen=True, slots=True)
 class _TvmDevice:
     """tvm.cuda(0) on one GPU: .compute_version ("9.0") and .exist are known."""
 
-    __slots__ = ("major", "minor")
-
-    def __init__(self, major: int, minor: int):
-        self.major, self.minor = major, minor
-
-    def __eq__(self, o):
-        return isinstance(o, _TvmDevice) and (self.major, self.minor) == (o.major, o.minor)
-
-    def __hash__(self):
-        return hash(("tvm-device", self.major, self.minor))
+    major: int
+    minor: int
 
 
 def _target_of(v) -> "TvmTarget | str | None":
