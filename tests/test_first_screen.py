@@ -78,7 +78,7 @@ def scanned(tree):
 def run(tree, scanned, monkeypatch):
     """`archaudit scan TREE -t sm_120 ARGS` on the scan above (the command's own filtering and
     formatting, without scanning again)."""
-    import archaudit.cli_common as cc
+    import archaudit.cli.common as cc
 
     monkeypatch.setattr(cc, "scan_with_progress", lambda *a, **k: scanned)
 

@@ -453,7 +453,7 @@ def test_rules_verify_text_is_not_markup(capsys, monkeypatch):
     # what the toolchain says is shown as written, never as rich markup or escape sequences
     from types import SimpleNamespace as NS
 
-    from archaudit.cli_rules import _print_text
+    from archaudit.cli.rules import _print_text
 
     monkeypatch.setenv("COLUMNS", "300")
     f = NS(kind="mismatch", subject="ptx.x[/red]", message="bad\x1b[31m\nsecond line", details={},

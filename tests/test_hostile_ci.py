@@ -370,7 +370,7 @@ def test_action_sarif_output_committed_as_a_link_writes_nothing_outside(tmp_path
 
 
 def test_report_file_that_is_a_link_is_replaced_not_written_through(tmp_path):
-    # every -o: scan's JSON, baseline, patch, diff, explain go through cli_common.write_file
+    # every -o: scan's JSON, baseline, patch, diff, explain go through cli/common.write_file
     from click.testing import CliRunner
 
     from archaudit.cli import main

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from .report.shown import cell, shown
+from ..report.shown import cell, shown
 
 EXIT_OK, EXIT_DISAGREE, EXIT_USAGE = 0, 1, 2
 
@@ -73,9 +73,9 @@ def verify_cmd(rule_ids, target_names, no_macros, no_targets, include_dirs, jobs
                                TimeRemainingColumn)
     from rich.text import Text
 
-    from .cuda.ruleset import RuleError
+    from ..cuda.ruleset import RuleError
     # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
-    from .rules_verify import ToolchainMissing, UnknownName, default_cache_dir, verify
+    from ..rules_verify import ToolchainMissing, UnknownName, default_cache_dir, verify
 
     err = Console(stderr=True)
     includes = tuple(include_dirs) or _default_include()
@@ -182,7 +182,7 @@ def _print_text(report) -> None:
 def dump_macros_cmd(jobs) -> None:
     """Print the probed [common]/[host]/[device.*] tables for rules/macros.toml."""
     # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
-    from .rules_verify import ToolchainMissing, default_cache_dir, render_macros_toml
+    from ..rules_verify import ToolchainMissing, default_cache_dir, render_macros_toml
 
     try:
         click.echo(render_macros_toml(jobs=jobs, cache_dir=default_cache_dir()), nl=False)

@@ -1,5 +1,5 @@
-"""Command-line interface: the `archaudit` group and `scan`; the other commands register from
-their cli_*.py modules, which import nothing from here (shared pieces: cli_common)."""
+"""The `archaudit` group and `scan`; the other commands register from their own modules in this
+package, which import nothing from here (shared pieces: common.py)."""
 from __future__ import annotations
 
 import os
@@ -7,9 +7,10 @@ import sys
 
 import click
 
-from . import __version__, cli_binary, cli_ci, cli_cuda, cli_graph, cli_rules, cli_verdict, cli_verify
-from .cli_common import parse_targets, scan_with_progress, write_file
-from .report.shown import shown
+from .. import __version__
+from ..report.shown import shown
+from . import binary, ci, cuda, graph, patch, rules, verify
+from .common import parse_targets, scan_with_progress, write_file
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -20,7 +21,7 @@ def main() -> None:
 
 def _filters(verdicts, packages, include, exclude, include_tests):
     # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
-    from .filters import Filters, parse_verdicts
+    from ..filters import Filters, parse_verdicts
 
     try:
         v = parse_verdicts(verdicts)
@@ -35,7 +36,7 @@ def _nothing_to_scan(path, result) -> bool:
     if result.gates or result.stats.get("python_files"):
         return False
     # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
-    from .sources import CUDA_EXT, SourceError, open_source
+    from ..sources import CUDA_EXT, SourceError, open_source
 
     try:
         files = open_source(path).files() if path else [".py"]
@@ -66,7 +67,7 @@ def _nothing_to_scan(path, result) -> bool:
               help="Keep the packages' own test files (test/, tests/, testing/, test_*.py, *_test.py, conftest.py), "
                    "left out by default.")
 @click.option("--all", "show_all", is_flag=True, help="Text and table: list every finding and every gate after the summary.")
-@cli_ci.scan_options
+@ci.scan_options
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the cache (ARCHAUDIT_CACHE_DIR, default ~/.cache/archaudit).")
 @click.option("--workers", type=click.IntRange(min=1), default=None, metavar="N",
               help="Processes for reading and prefiltering files (default: the usable cores).")
@@ -78,47 +79,47 @@ def scan(path, targets, fmt, output, quiet, verdicts, packages, include, exclude
     that makes the patch), which features are hardware-bound and why, and the unresolved ones
     counted by reason; --verdict, --all and --format json give the findings one by one."""
     # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
-    from .filters import scope_result, verdict_result
-    from .targets import registry
+    from ..filters import scope_result, verdict_result
+    from ..targets import registry
 
     flt = _filters(verdicts, packages, include, exclude, include_tests)
     if fmt is None:
         fmt = "table" if output is None and sys.stdout.isatty() else "text"
     elif fmt == "table" and (output is not None or not sys.stdout.isatty()):
         fmt = "text"  # piped or to a file: plain lines, never wrapped mid-path
-    ci = cli_ci.ScanCI(fmt, output, baseline_file, fail_on, repo_root, sarif_inventory)
-    reqs = ci.targets(parse_targets(targets))
-    ci.check(reqs)
+    sci = ci.ScanCI(fmt, output, baseline_file, fail_on, repo_root, sarif_inventory)
+    reqs = sci.targets(parse_targets(targets))
+    sci.check(reqs)
     reg = registry()
     result = scan_with_progress(path, reqs, reg, quiet, cache=not no_cache, workers=workers)
     if _nothing_to_scan(path, result):
         click.echo(shown(f"archaudit: {path}: no Python or CUDA/C++ source files found; nothing to audit"), err=True)
         raise SystemExit(2)
     result, left_out = scope_result(result, flt)
-    result = ci.apply(result, reg, keep=flt.keeps_item)  # SARIF is written here
+    result = sci.apply(result, reg, keep=flt.keeps_item)  # SARIF is written here
     result = verdict_result(result, flt, left_out)
     if fmt == "sarif":
         text = None
     elif fmt == "json":
         # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
-        from .report.jsonout import to_json
+        from ..report.jsonout import to_json
 
         text = to_json(result, reg)
     else:
         # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
-        from .report.text import View
+        from ..report.text import View
 
         view = View(path_arg=path, show_all=show_all)
         if fmt == "text":
             # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
-            from .report.text import render_text
+            from ..report.text import render_text
 
             text = render_text(result, reg, view)
         else:
             # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
             from rich.console import Console
 
-            from .report.text import render_table
+            from ..report.text import render_table
 
             render_table(result, reg, Console(highlight=False, emoji=False), view)
             text = None
@@ -126,18 +127,18 @@ def scan(path, targets, fmt, output, quiet, verdicts, packages, include, exclude
         write_file(output, text)
     elif text is not None:
         click.echo(text, nl=False)
-    ci.finish()
+    sci.finish()
 
 
 def _register_optional_commands() -> None:
     # Command groups that live in their own modules register here.
-    cli_cuda.register(main)
-    cli_rules.register(main)
-    cli_graph.register(main)
-    cli_verdict.register(main)
-    cli_binary.register(main)
-    cli_ci.register(main)
-    cli_verify.register(main)
+    cuda.register(main)
+    rules.register(main)
+    graph.register(main)
+    patch.register(main)
+    binary.register(main)
+    ci.register(main)
+    verify.register(main)
 
 
 _register_optional_commands()

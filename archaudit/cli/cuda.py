@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from .report.shown import shown
+from ..report.shown import shown
 
 
 def _scan_root_for(path: str) -> tuple[str, str]:
@@ -29,10 +29,10 @@ def _scan_root_for(path: str) -> tuple[str, str]:
 
 def _analyse(file: str, target_text: str, includes: tuple[str, ...], defines: tuple[str, ...]):
     # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
-    from .cuda.includes import IncludeRoot
-    from .cuda.preproc import parse_define_flags
-    from .cuda.tu import CudaProject, FsReader
-    from .targets import UnknownTarget, registry
+    from ..cuda.includes import IncludeRoot
+    from ..cuda.preproc import parse_define_flags
+    from ..cuda.tu import CudaProject, FsReader
+    from ..targets import UnknownTarget, registry
 
     reg = registry()
     try:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import click
 
-from .cli_common import check_output, parse_targets, write_file
-from .report.shown import shown
+from ..report.shown import shown
+from .common import check_output, parse_targets, write_file
 
 DEFAULT_BASELINE = ".archaudit-baseline.json"
 GITHUB_GZIP_LIMIT = 10 * 1024 * 1024
@@ -37,7 +37,7 @@ def scan_options(f):
 
 def _fail_set(text):
     # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
-    from .baseline import parse_fail_on
+    from ..baseline import parse_fail_on
 
     try:
         return parse_fail_on(text)
@@ -56,7 +56,7 @@ def _repo(repo_root, result):
 def _repo_context(repo_root, scan_root, **kw):
     """repo.repo_context, with a pin file that cannot be read as an input error (exit 2)."""
     # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
-    from .repo import PinFileError, repo_context
+    from ..repo import PinFileError, repo_context
 
     try:
         return repo_context(repo_root, scan_root, **kw)
@@ -66,8 +66,8 @@ def _repo_context(repo_root, scan_root, **kw):
 
 def _items(result, suppress: bool = True):
     # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
-    from .baseline import line_reader, reportable
-    from .sources import SourceError, open_source
+    from ..baseline import line_reader, reportable
+    from ..sources import SourceError, open_source
 
     reader = None
     if suppress:
@@ -84,7 +84,7 @@ class ScanCI:
 
     def __init__(self, fmt, output, baseline_file, fail_on, repo_root, inventory):
         # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
-        from .baseline import BaselineError, load_baseline
+        from ..baseline import BaselineError, load_baseline
 
         self.fmt, self.output = fmt, output
         self.fail = _fail_set(fail_on)
@@ -105,7 +105,7 @@ class ScanCI:
                 raise click.UsageError(str(e)) from None
             if self.fail is None:
                 # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
-                from .model import VERDICTS
+                from ..model import VERDICTS
 
                 self.fail = frozenset(VERDICTS)
         self.code = 0
@@ -129,7 +129,7 @@ class ScanCI:
         (findings limited to the new ones with --baseline). `keep(finding)`: the report's filters
         (archaudit/filters.py), applied to what SARIF, the baseline and --fail-on see."""
         # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
-        from .baseline import mark_new
+        from ..baseline import mark_new
 
         items = _items(result)
         if keep is not None:
@@ -162,7 +162,7 @@ class ScanCI:
                 self.summary.append(f"  ... and {len(failing) - 50} more")
         if self.fmt == "sarif":
             # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
-            from .report.sarif import to_sarif
+            from ..report.sarif import to_sarif
 
             log = to_sarif(result, reg, items if self.baseline is None else [r for r in items if r.new or r.suppressed],
                            _repo(self.repo_root, result), inventory=self.inventory,
@@ -182,7 +182,7 @@ def write_sarif(log, output) -> list[str]:
     """Write the log to `output` (stdout when None). An existing directory (or a path ending in /)
     gets one file per target; a file whose gzip exceeds GitHub's 10 MB is split by target."""
     # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
-    from .report.sarif import dumps, split_by_run
+    from ..report.sarif import dumps, split_by_run
 
     if output is None:
         click.echo(dumps(log), nl=False)
@@ -217,9 +217,9 @@ def _scan(path, reqs, quiet, what="", cache=True):
     from rich.console import Console
     from rich.markup import escape
 
-    from .pipeline import scan as run_scan
-    from .sources import SourceError
-    from .targets import registry
+    from ..pipeline import scan as run_scan
+    from ..sources import SourceError
+    from ..targets import registry
 
     err = Console(stderr=True)
     status = err.status(f"scanning {what}".strip()) if not quiet and err.is_terminal else None
@@ -251,7 +251,7 @@ def register(main) -> None:
     def baseline(path, targets, output, quiet, no_cache):
         """Record today's findings so that `scan --baseline` reports only new ones."""
         # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
-        from .baseline import dump_baseline
+        from ..baseline import dump_baseline
 
         reqs = parse_targets(targets)
         check_output(output)
@@ -278,8 +278,8 @@ def register(main) -> None:
     def diff(old, new, targets, fmt, output, fail_on, repo_root, quiet, no_cache):
         """Compare the gates of two environments (site-packages, wheels, source trees): a dependency bump."""
         # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
-        from . import diff as d
-        from .targets import registry
+        from .. import diff as d
+        from ..targets import registry
 
         reqs = parse_targets(targets)
         check_output(output)
@@ -296,7 +296,7 @@ def register(main) -> None:
             text = d.render_json(res, reg)
         elif fmt == "sarif":
             # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
-            from .report.sarif import dumps
+            from ..report.sarif import dumps
 
             text = dumps(d.to_sarif(res, reg, _repo_context(repo_root, new)))
         else:

@@ -7,8 +7,8 @@ import sys
 
 import click
 
-from .cli_common import parse_targets
-from .report.shown import shown
+from ..report.shown import shown
+from .common import parse_targets
 
 # What a directory walk picks up: device code lives in these files
 _BINARY_SUFFIXES = (".so", ".cubin", ".fatbin", ".o", ".a")
@@ -52,8 +52,8 @@ def register(main: click.Group) -> None:
         1 some target cannot run some file, 2 usage error or unreadable/malformed input.
         """
         # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
-        from .binary.fatbin import read_file, runs_on_detail
-        from .targets import registry
+        from ..binary.fatbin import read_file, runs_on_detail
+        from ..targets import registry
 
         reqs = parse_targets(targets)
         reg = registry()

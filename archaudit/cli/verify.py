@@ -7,8 +7,8 @@ import time
 
 import click
 
-from .cli_common import check_output, parse_targets, scan_with_progress, write_output
-from .report.shown import shown
+from ..report.shown import shown
+from .common import check_output, parse_targets, scan_with_progress, write_output
 
 
 @click.command("verify")
@@ -38,11 +38,11 @@ def verify_cmd(path, target, modules, gates, jobs, timeout, includes, nvcc_flags
     Default selection: every module whose verdict is software-only, partial or hardware-bound.
     Exit 0 when nothing is refuted, 1 when something is, 2 on a usage error or without nvcc."""
     # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
-    from . import verify as V
-    from .cuda.tu import CudaProject
+    from .. import verify as V
+    from ..cuda.tu import CudaProject
     # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
-    from .sources import open_source
-    from .targets import registry
+    from ..sources import open_source
+    from ..targets import registry
 
     check_output(output)
     for g in gates:

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import click
 
-from .cli_common import check_output, parse_targets, scan_with_progress, write_output
-from .report.shown import shown
+from ..report.shown import shown
+from .common import check_output, parse_targets, scan_with_progress, write_output
 
 
 @click.command("patch")
@@ -20,9 +20,9 @@ def patch_cmd(path, target, include_partial, output, quiet, no_cache):
     `git apply -p0`) that makes each software-only gate admit TARGET, including the gates further
     down its chain. Hardware-bound, binary-only and unresolved gates are never patched."""
     # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
-    from .cache import Cache
-    from .derived import cached_patch_output
-    from .targets import registry
+    from ..cache import Cache
+    from ..derived import cached_patch_output
+    from ..targets import registry
 
     reg = registry()
     (req,) = parse_targets((target,))

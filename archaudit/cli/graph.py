@@ -6,15 +6,15 @@ import re
 
 import click
 
-from .cli_common import check_output, parse_targets, scan_with_progress, write_output
+from .common import check_output, parse_targets, scan_with_progress, write_output
 
 _SITE = re.compile(r"^(?P<file>.+):(?P<line>\d+)$")
 
 
 def _open(path: str):
     # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
-    from .callgraph import Analysis
-    from .sources import SourceError
+    from ..callgraph import Analysis
+    from ..sources import SourceError
 
     try:
         return Analysis.open(path)
@@ -33,7 +33,7 @@ def _site(a, text: str):
         f = f[len(str(root).rstrip("/")) + 1:]
     if not f.endswith(".py") and a.source.read(f) is not None:
         # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
-        from .callgraph import GateSite
+        from ..callgraph import GateSite
 
         # a C/C++ runtime check: found again by explain from the file's bytes
         return GateSite(f, int(m.group("line")), 1, None, "", "")
@@ -62,8 +62,8 @@ def explain_cmd(path, site, targets, fmt, output, no_cache):
     when `archaudit scan` has run), for each target it excludes the verdict (software-only /
     partial / hardware-bound / binary-only / unresolved) with evidence and patch."""
     # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
-    from .callgraph.render import explain_text
-    from .runtime import run_with_big_stack
+    from ..callgraph.render import explain_text
+    from ..runtime import run_with_big_stack
 
     check_output(output)
     if targets:
@@ -82,10 +82,10 @@ def _explain_targets(path, site, targets, fmt, output, no_cache) -> None:
     """The scan's verdicts for the gates on one line: the scan runs through its cache (a hit after
     `archaudit scan PATH -t ...` with the same targets), so explain says what scan reported."""
     # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
-    from .explain import from_scan, render_text
-    from .report.jsonout import finding_to_json, gate_to_json
-    from .sources import SourceError, open_source
-    from .targets import registry
+    from ..explain import from_scan, render_text
+    from ..report.jsonout import finding_to_json, gate_to_json
+    from ..sources import SourceError, open_source
+    from ..targets import registry
 
     m = _SITE.match(site)
     if not m:
@@ -127,8 +127,8 @@ def _explain_targets(path, site, targets, fmt, output, no_cache) -> None:
 def graph_cmd(path, start, fmt, depth, output):
     """The subgraph from a gate or function down to the JIT modules it reaches (DOT or Mermaid)."""
     # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
-    from .callgraph.render import to_dot, to_mermaid
-    from .runtime import run_with_big_stack
+    from ..callgraph.render import to_dot, to_mermaid
+    from ..runtime import run_with_big_stack
 
     check_output(output)
     a = _open(path)
@@ -191,9 +191,9 @@ def _subgraph(a, start: str, depth: int):
 def callgraph_cmd(path, fmt, output, no_cache):
     """The whole call graph: PyCG JSON ({"pkg.mod.func": [callees]}) or archaudit JSON (edges with sites)."""
     # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
-    from .cache import Cache
-    from .derived import cached_by_inputs
-    from .sources import SourceError
+    from ..cache import Cache
+    from ..derived import cached_by_inputs
+    from ..sources import SourceError
 
     check_output(output)
     store = None if no_cache else Cache()
@@ -207,7 +207,7 @@ def callgraph_cmd(path, fmt, output, no_cache):
 
 def _callgraph_text(path, fmt) -> str:
     # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
-    from .runtime import run_with_big_stack
+    from ..runtime import run_with_big_stack
 
     a = _open(path)
     run_with_big_stack(lambda: a.graph.build_all(arg_flow=True))

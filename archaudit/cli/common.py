@@ -10,7 +10,7 @@ import click
 def parse_targets(names: tuple[str, ...]):
     """--target values -> TargetRequests; an unknown name is a usage error (exit 2)."""
     # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
-    from .targets import UnknownTarget, registry
+    from ..targets import UnknownTarget, registry
 
     reg = registry()
     out = []
@@ -26,8 +26,8 @@ def scan_with_progress(path, reqs, reg, quiet: bool, **scan_options):
     """Run the pipeline with a progress bar on stderr (only on a terminal, never with --quiet);
     an unreadable PATH is a usage error."""
     # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
-    from .pipeline import scan as run_scan
-    from .sources import SourceError
+    from ..pipeline import scan as run_scan
+    from ..sources import SourceError
 
     try:
         if quiet:  # rich is not even imported: a cache hit takes about a second, all told
@@ -35,7 +35,7 @@ def scan_with_progress(path, reqs, reg, quiet: bool, **scan_options):
         # lazy: rich only when a progress bar may be shown
         from rich.console import Console
 
-        from .progress import scan_progress
+        from ..progress import scan_progress
 
         err = Console(stderr=True)
         with scan_progress(err, enabled=err.is_terminal) as progress:
