@@ -10,7 +10,8 @@ import click
 from .. import __version__
 from ..report.shown import shown
 from . import binary, ci, cuda, graph, patch, rules, verify
-from .common import parse_targets, scan_with_progress, write_file
+from .common import (no_cache_option, output_option, parse_targets, quiet_option, scan_with_progress, targets_option,
+                     write_output)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -47,13 +48,12 @@ def _nothing_to_scan(path, result) -> bool:
 
 @main.command()
 @click.argument("path", required=False, type=click.Path(path_type=str))
-@click.option("--target", "-t", "targets", multiple=True, metavar="GPU",
-              help="GPU to judge for: sm_120, 12.0, 120f, sm_120a, or a product such as 'RTX PRO 6000'. Repeatable.")
+@targets_option("GPU to judge for: sm_120, 12.0, 120f, sm_120a, or a product such as 'RTX PRO 6000'. Repeatable.")
 @click.option("--format", "fmt", type=click.Choice(["table", "text", "json", "sarif"]), default=None,
               help="table (default on a terminal: the first screen, as wide as the terminal), text (plain lines, "
                    "the default when piped or with -o), json, sarif.")
-@click.option("-o", "--output", type=click.Path(writable=True), help="Write the report to a file (sarif: a directory gets one file per target).")
-@click.option("-q", "--quiet", is_flag=True, help="No progress output on stderr.")
+@output_option("Write the report to a file (sarif: a directory gets one file per target).", type=click.Path(writable=True))
+@quiet_option()
 @click.option("--verdict", "verdicts", multiple=True, metavar="VERDICT",
               help="Only findings with this verdict (repeatable or comma-separated): software-only, partial, "
                    "hardware-bound, binary-only, no-gpu-code, unresolved. Lists them one by one.")
@@ -68,7 +68,7 @@ def _nothing_to_scan(path, result) -> bool:
                    "left out by default.")
 @click.option("--all", "show_all", is_flag=True, help="Text and table: list every finding and every gate after the summary.")
 @ci.scan_options
-@click.option("--no-cache", is_flag=True, help="Neither read nor write the cache (ARCHAUDIT_CACHE_DIR, default ~/.cache/archaudit).")
+@no_cache_option("Neither read nor write the cache (ARCHAUDIT_CACHE_DIR, default ~/.cache/archaudit).")
 @click.option("--workers", type=click.IntRange(min=1), default=None, metavar="N",
               help="Processes for reading and prefiltering files (default: the usable cores).")
 def scan(path, targets, fmt, output, quiet, verdicts, packages, include, exclude, include_tests, show_all,
@@ -98,36 +98,33 @@ def scan(path, targets, fmt, output, quiet, verdicts, packages, include, exclude
     result, left_out = scope_result(result, flt)
     result = sci.apply(result, reg, keep=flt.keeps_item)  # SARIF is written here
     result = verdict_result(result, flt, left_out)
+    text = _report(result, reg, fmt, path, show_all)
+    if text is not None:
+        write_output(text, output)
+    sci.finish()
+
+
+def _report(result, reg, fmt, path, show_all) -> str | None:
+    """The report as text to write, or None when it is written already (SARIF, by ScanCI) or
+    drawn on the terminal (table)."""
     if fmt == "sarif":
-        text = None
-    elif fmt == "json":
+        return None
+    if fmt == "json":
         # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
         from ..report.jsonout import to_json
 
-        text = to_json(result, reg)
-    else:
-        # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
-        from ..report.text import View
+        return to_json(result, reg)
+    # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
+    from ..report.text import View, render_table, render_text
 
-        view = View(path_arg=path, show_all=show_all)
-        if fmt == "text":
-            # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
-            from ..report.text import render_text
+    view = View(path_arg=path, show_all=show_all)
+    if fmt == "text":
+        return render_text(result, reg, view)
+    # lazy: rich only when the table is drawn
+    from rich.console import Console
 
-            text = render_text(result, reg, view)
-        else:
-            # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
-            from rich.console import Console
-
-            from ..report.text import render_table
-
-            render_table(result, reg, Console(highlight=False, emoji=False), view)
-            text = None
-    if text is not None and output:
-        write_file(output, text)
-    elif text is not None:
-        click.echo(text, nl=False)
-    sci.finish()
+    render_table(result, reg, Console(highlight=False, emoji=False), view)
+    return None
 
 
 def _register_optional_commands() -> None:

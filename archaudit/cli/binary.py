@@ -8,7 +8,7 @@ import sys
 import click
 
 from ..report.shown import shown
-from .common import parse_targets
+from .common import format_option, parse_targets, targets_option
 
 # What a directory walk picks up: device code lives in these files
 _BINARY_SUFFIXES = (".so", ".cubin", ".fatbin", ".o", ".a")
@@ -39,9 +39,8 @@ def _describe(a) -> str:
 def register(main: click.Group) -> None:
     @main.command("binary")
     @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=str))
-    @click.option("--target", "-t", "targets", multiple=True, metavar="GPU",
-                  help="GPU to check: sm_120, 12.0, 'RTX PRO 6000', ... Repeatable.")
-    @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+    @targets_option("GPU to check: sm_120, 12.0, 'RTX PRO 6000', ... Repeatable.")
+    @format_option("text", "json")
     def binary_cmd(paths: tuple[str, ...], targets: tuple[str, ...], fmt: str) -> None:
         """List the GPU architectures prebuilt binaries carry, read from their bytes.
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import click
 
 from ..report.shown import shown
-from .common import check_output, parse_targets, write_file
+from .common import (check_output, check_repo_root, format_option, no_cache_option, output_option, parse_targets,
+                     quiet_option, scan_with_progress, targets_option, write_file, write_output)
 
 DEFAULT_BASELINE = ".archaudit-baseline.json"
 GITHUB_GZIP_LIMIT = 10 * 1024 * 1024
@@ -46,8 +47,7 @@ def _fail_set(text):
 
 
 def _repo(repo_root, result):
-    if repo_root is not None and not os.path.isdir(repo_root):
-        raise click.BadParameter(f"{repo_root}: not a directory", param_hint="--repo-root")
+    check_repo_root(repo_root)
     tops = [t for d in result.packages for t in d.top_level] + [d.dist_info for d in result.packages]
     scan_root = result.root if result.root and os.path.exists(result.root) else None
     return _repo_context(repo_root, scan_root, installed_tops=tops)
@@ -92,8 +92,7 @@ class ScanCI:
         self.inventory = inventory
         self.baseline = None
         self.baseline_file = baseline_file
-        if repo_root is not None and not os.path.isdir(repo_root):
-            raise click.BadParameter(f"{repo_root}: not a directory", param_hint="--repo-root")
+        check_repo_root(repo_root)
         if output is not None and fmt != "sarif" and os.path.isdir(output):
             raise click.BadParameter(f"{output}: is a directory (only --format sarif writes one file per target)",
                                      param_hint="--output")
@@ -210,52 +209,22 @@ def write_sarif(log, output) -> list[str]:
     return written
 
 
-# --- commands --------------------------------------------------------------------------------
-def _scan(path, reqs, quiet, what="", cache=True):
-    """The scan, through the cache `scan` uses (cache: True for it, False for none)."""
-    # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
-    from rich.console import Console
-    from rich.markup import escape
-
-    from ..pipeline import scan as run_scan
-    from ..sources import SourceError
-    from ..targets import registry
-
-    err = Console(stderr=True)
-    status = err.status(f"scanning {what}".strip()) if not quiet and err.is_terminal else None
-
-    def progress(msg, *_counts):
-        if status is not None:  # messages name the scan root: never markup (report/shown.py)
-            status.update(escape(shown(f"{what}: {msg}" if what else msg)))
-
-    try:
-        if status is not None:
-            status.start()
-        return run_scan(path, reqs, registry(), progress=progress, cache=cache)
-    except SourceError as e:
-        raise click.UsageError(str(e)) from None
-    finally:
-        if status is not None:
-            status.stop()
-
-
 def register(main) -> None:
     @main.command()
     @click.argument("path", required=False, type=click.Path(path_type=str))
-    @click.option("--target", "-t", "targets", multiple=True, metavar="GPU", required=True,
-                  help="GPU to record findings for (repeatable).")
-    @click.option("-o", "--output", default=DEFAULT_BASELINE, show_default=True,
-                  type=click.Path(dir_okay=False, writable=True), help="Baseline file to write.")
-    @click.option("-q", "--quiet", is_flag=True, help="No progress output on stderr.")
-    @click.option("--no-cache", is_flag=True, help="Neither read nor write the cache (the same one `scan` uses).")
+    @targets_option("GPU to record findings for (repeatable).", required=True)
+    @output_option("Baseline file to write.", default=DEFAULT_BASELINE, show_default=True)
+    @quiet_option()
+    @no_cache_option()
     def baseline(path, targets, output, quiet, no_cache):
         """Record today's findings so that `scan --baseline` reports only new ones."""
         # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
         from ..baseline import dump_baseline
+        from ..targets import registry
 
         reqs = parse_targets(targets)
         check_output(output)
-        result = _scan(path, reqs, quiet, cache=not no_cache)
+        result = scan_with_progress(path, reqs, registry(), quiet, cache=not no_cache)
         items = _items(result)
         text = dump_baseline(items, [t.gpu.name for t in reqs])
         write_file(output, text)
@@ -265,16 +234,15 @@ def register(main) -> None:
     @main.command()
     @click.argument("old", type=click.Path(path_type=str))
     @click.argument("new", type=click.Path(path_type=str))
-    @click.option("--target", "-t", "targets", multiple=True, metavar="GPU",
-                  help="GPU whose verdicts to compare (repeatable). Without one, only gates are compared.")
-    @click.option("--format", "fmt", type=click.Choice(["text", "json", "sarif"]), default="text", show_default=True)
-    @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), help="Write the report to a file.")
+    @targets_option("GPU whose verdicts to compare (repeatable). Without one, only gates are compared.")
+    @format_option("text", "json", "sarif")
+    @output_option("Write the report to a file.")
     @click.option("--fail-on", type=click.Choice(["any", "regression", "none"]), default="any", show_default=True,
                   help="Exit 1 on any change, only when a target becomes excluded (regression), or never.")
     @click.option("--repo-root", type=click.Path(file_okay=False, path_type=str), metavar="DIR",
                   help="SARIF: repository whose pinning lines results point at (default: the git work tree).")
-    @click.option("-q", "--quiet", is_flag=True, help="No progress output on stderr.")
-    @click.option("--no-cache", is_flag=True, help="Neither read nor write the cache (the same one `scan` uses).")
+    @quiet_option()
+    @no_cache_option()
     def diff(old, new, targets, fmt, output, fail_on, repo_root, quiet, no_cache):
         """Compare the gates of two environments (site-packages, wheels, source trees): a dependency bump."""
         # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
@@ -286,11 +254,10 @@ def register(main) -> None:
         for p in (old, new):
             if not os.path.exists(p):
                 raise click.UsageError(f"{p}: no such file or directory")
-        if repo_root is not None and not os.path.isdir(repo_root):
-            raise click.BadParameter(f"{repo_root}: not a directory", param_hint="--repo-root")
+        check_repo_root(repo_root)
         reg = registry()
-        a = _scan(old, reqs, quiet, "old", cache=not no_cache)
-        b = _scan(new, reqs, quiet, "new", cache=not no_cache)
+        a = scan_with_progress(old, reqs, reg, quiet, "old", cache=not no_cache)
+        b = scan_with_progress(new, reqs, reg, quiet, "new", cache=not no_cache)
         res = d.diff_scans(a, b, [t.gpu.name for t in reqs])
         if fmt == "json":
             text = d.render_json(res, reg)
@@ -301,10 +268,7 @@ def register(main) -> None:
             text = dumps(d.to_sarif(res, reg, _repo_context(repo_root, new)))
         else:
             text = d.render_text(res, reg)
-        if output:
-            write_file(output, text)
-        else:
-            click.echo(text, nl=False)
+        write_output(text, output)
         failing = res.changes if fail_on == "any" else [c for c in res.changes if c.regressions()] if fail_on == "regression" else []
         if failing:
             raise SystemExit(1)

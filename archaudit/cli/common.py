@@ -3,6 +3,7 @@ errors, report files."""
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 
 import click
 
@@ -22,14 +23,26 @@ def parse_targets(names: tuple[str, ...]):
     return out
 
 
-def scan_with_progress(path, reqs, reg, quiet: bool, **scan_options):
-    """Run the pipeline with a progress bar on stderr (only on a terminal, never with --quiet);
-    an unreadable PATH is a usage error."""
+@contextmanager
+def source_errors_as_usage():
+    """A PATH that cannot be read as a scan input (missing, not a wheel, ...) is a usage error
+    (exit 2), said in one line."""
     # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
-    from ..pipeline import scan as run_scan
     from ..sources import SourceError
 
     try:
+        yield
+    except SourceError as e:
+        raise click.UsageError(str(e)) from None
+
+
+def scan_with_progress(path, reqs, reg, quiet: bool, what: str = "", **scan_options):
+    """Run the pipeline with a progress bar on stderr (only on a terminal, never with --quiet),
+    its messages prefixed with `what` (which of two scans); an unreadable PATH is a usage error."""
+    # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
+    from ..pipeline import scan as run_scan
+
+    with source_errors_as_usage():
         if quiet:  # rich is not even imported: a cache hit takes about a second, all told
             return run_scan(path, reqs, reg, **scan_options)
         # lazy: rich only when a progress bar may be shown
@@ -39,9 +52,14 @@ def scan_with_progress(path, reqs, reg, quiet: bool, **scan_options):
 
         err = Console(stderr=True)
         with scan_progress(err, enabled=err.is_terminal) as progress:
-            return run_scan(path, reqs, reg, progress=progress, **scan_options)
-    except SourceError as e:
-        raise click.UsageError(str(e)) from None
+            say = progress if not what else (lambda msg, *counts: progress(f"{what}: {msg}", *counts))
+            return run_scan(path, reqs, reg, progress=say, **scan_options)
+
+
+def check_repo_root(repo_root: str | None) -> None:
+    """--repo-root names a directory, or is a usage error (exit 2)."""
+    if repo_root is not None and not os.path.isdir(repo_root):
+        raise click.BadParameter(f"{repo_root}: not a directory", param_hint="--repo-root")
 
 
 def check_output(output: str | None, directory_ok: bool = False) -> None:
@@ -86,7 +104,38 @@ def write_file(path, text: str) -> None:
 
 
 def write_output(text: str, output: str | None) -> None:
+    """The report to the file `output` (see write_file), or to stdout when there is none."""
     if output:
         write_file(output, text)
     else:
         click.echo(text, nl=False)
+
+
+# --- options several commands take, each declared once -------------------------------------
+def targets_option(help: str, required: bool = False):
+    """--target/-t GPU, repeatable, into `targets`."""
+    return click.option("--target", "-t", "targets", multiple=True, metavar="GPU", required=required, help=help)
+
+
+def target_option(help: str, dest: str = "target", metavar: str = "GPU"):
+    """--target/-t: the one GPU the command is for (required), into `dest`."""
+    return click.option("--target", "-t", dest, required=True, metavar=metavar, help=help)
+
+
+def format_option(*choices: str):
+    """--format FMT into `fmt`, the first choice by default."""
+    return click.option("--format", "fmt", type=click.Choice(list(choices)), default=choices[0], show_default=True)
+
+
+def output_option(help: str | None = None, **kw):
+    """-o/--output FILE (a file, not a directory, unless `type` says otherwise)."""
+    kw.setdefault("type", click.Path(dir_okay=False, writable=True))
+    return click.option("-o", "--output", help=help, **kw)
+
+
+def quiet_option(help: str = "No progress output on stderr."):
+    return click.option("-q", "--quiet", is_flag=True, help=help)
+
+
+def no_cache_option(help: str = "Neither read nor write the cache (the same one `scan` uses)."):
+    return click.option("--no-cache", is_flag=True, help=help)

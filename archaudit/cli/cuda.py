@@ -9,6 +9,7 @@ import sys
 import click
 
 from ..report.shown import shown
+from .common import format_option, target_option
 
 
 def _scan_root_for(path: str) -> tuple[str, str]:
@@ -145,8 +146,8 @@ def register(main: click.Group) -> None:
 
     @main.command("cuda")
     @click.argument("file", type=click.Path(dir_okay=False))
-    @click.option("--target", "-t", "target_text", required=True, help="sm_120, sm_120f, sm_90a, 12.0, 'RTX PRO 6000' ...")
-    @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+    @target_option("sm_120, sm_120f, sm_90a, 12.0, 'RTX PRO 6000' ...", dest="target_text", metavar="TEXT")
+    @format_option("text", "json")
     @click.option("-I", "includes", multiple=True, help="extra include directory (repeatable)")
     @click.option("-D", "defines", multiple=True, help="NAME or NAME=VALUE, as nvcc's -D (repeatable)")
     def cuda_cmd(file: str, target_text: str, fmt: str, includes: tuple[str, ...], defines: tuple[str, ...]) -> None:

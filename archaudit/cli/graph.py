@@ -6,7 +6,8 @@ import re
 
 import click
 
-from .common import check_output, parse_targets, scan_with_progress, write_output
+from .common import (check_output, format_option, no_cache_option, output_option, parse_targets, scan_with_progress,
+                     source_errors_as_usage, targets_option, write_output)
 
 _SITE = re.compile(r"^(?P<file>.+):(?P<line>\d+)$")
 
@@ -14,30 +15,33 @@ _SITE = re.compile(r"^(?P<file>.+):(?P<line>\d+)$")
 def _open(path: str):
     # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
     from ..callgraph import Analysis
-    from ..sources import SourceError
 
-    try:
+    with source_errors_as_usage():
         return Analysis.open(path)
-    except SourceError as e:
-        raise click.UsageError(str(e)) from None
 
 
-def _site(a, text: str):
-    """FILE:LINE -> GateSite; FILE is relative to the scan root (or absolute under it)."""
+def _file_line(source, text: str) -> tuple[str, int]:
+    """FILE:LINE -> (FILE relative to the scan root, LINE); FILE may also be absolute under it."""
     m = _SITE.match(text)
     if not m:
         raise click.BadParameter(f"{text!r}: expected FILE:LINE", param_hint="FILE:LINE")
     f = m.group("file").replace("\\", "/")
-    root = getattr(a.source, "root", None)
+    root = getattr(source, "root", None)
     if root is not None and f.startswith(str(root).rstrip("/") + "/"):
         f = f[len(str(root).rstrip("/")) + 1:]
+    return f, int(m.group("line"))
+
+
+def _site(a, text: str):
+    """FILE:LINE -> GateSite; FILE is relative to the scan root (or absolute under it)."""
+    f, line = _file_line(a.source, text)
     if not f.endswith(".py") and a.source.read(f) is not None:
         # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
         from ..callgraph import GateSite
 
         # a C/C++ runtime check: found again by explain from the file's bytes
-        return GateSite(f, int(m.group("line")), 1, None, "", "")
-    site = a.site_at(f, int(m.group("line")))
+        return GateSite(f, line, 1, None, "", "")
+    site = a.site_at(f, line)
     if site is None:
         raise click.UsageError(f"{text}: no such file/line in the scan (paths are relative to the scan root)")
     return site
@@ -51,11 +55,10 @@ def explain_data(a, site):
 @click.command("explain")
 @click.argument("path", type=click.Path(path_type=str))
 @click.argument("site", metavar="FILE:LINE")
-@click.option("--target", "-t", "targets", multiple=True, metavar="GPU",
-              help="Judge the gate for this GPU (sm_120, 12.0, 'RTX PRO 6000', ...). Repeatable.")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
-@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True))
-@click.option("--no-cache", is_flag=True, help="With --target: neither read nor write the cache `scan` uses.")
+@targets_option("Judge the gate for this GPU (sm_120, 12.0, 'RTX PRO 6000', ...). Repeatable.")
+@format_option("text", "json")
+@output_option()
+@no_cache_option("With --target: neither read nor write the cache `scan` uses.")
 def explain_cmd(path, site, targets, fmt, output, no_cache):
     """Chain from the gate at FILE:LINE to each JIT module it controls, with its sources. With
     --target: the gate as the scan of PATH for those targets judged it (read from the scan's cache
@@ -84,23 +87,16 @@ def _explain_targets(path, site, targets, fmt, output, no_cache) -> None:
     # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
     from ..explain import from_scan, render_text
     from ..report.jsonout import finding_to_json, gate_to_json
-    from ..sources import SourceError, open_source
+    from ..sources import open_source
     from ..targets import registry
 
-    m = _SITE.match(site)
-    if not m:
+    if not _SITE.match(site):
         raise click.BadParameter(f"{site!r}: expected FILE:LINE", param_hint="FILE:LINE")
     reqs = parse_targets(tuple(targets))
     reg = registry()
-    try:
+    with source_errors_as_usage():
         source = open_source(path)
-    except SourceError as e:
-        raise click.UsageError(str(e)) from None
-    f = m.group("file").replace("\\", "/")
-    root = getattr(source, "root", None)
-    if root is not None and f.startswith(str(root).rstrip("/") + "/"):
-        f = f[len(str(root).rstrip("/")) + 1:]
-    line = int(m.group("line"))
+    f, line = _file_line(source, site)
     result = scan_with_progress(path, reqs, reg, False, cache=not no_cache)
     expls = from_scan(result, f, line)
     if not expls:
@@ -121,9 +117,9 @@ def _explain_targets(path, site, targets, fmt, output, no_cache) -> None:
 @click.argument("path", type=click.Path(path_type=str))
 @click.option("--from", "start", required=True, metavar="QUALNAME|FILE:LINE",
               help="A function (pkg.mod.func) or a gate position (file.py:LINE).")
-@click.option("--format", "fmt", type=click.Choice(["dot", "mermaid"]), default="dot", show_default=True)
+@format_option("dot", "mermaid")
 @click.option("--depth", type=click.IntRange(1, 30), default=10, show_default=True)
-@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True))
+@output_option()
 def graph_cmd(path, start, fmt, depth, output):
     """The subgraph from a gate or function down to the JIT modules it reaches (DOT or Mermaid)."""
     # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
@@ -185,23 +181,20 @@ def _subgraph(a, start: str, depth: int):
 
 @click.command("callgraph")
 @click.argument("path", type=click.Path(path_type=str))
-@click.option("--format", "fmt", type=click.Choice(["pycg", "json"]), default="pycg", show_default=True)
-@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True))
-@click.option("--no-cache", is_flag=True, help="Neither read nor write the cache `scan` uses.")
+@format_option("pycg", "json")
+@output_option()
+@no_cache_option("Neither read nor write the cache `scan` uses.")
 def callgraph_cmd(path, fmt, output, no_cache):
     """The whole call graph: PyCG JSON ({"pkg.mod.func": [callees]}) or archaudit JSON (edges with sites)."""
     # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
     from ..cache import Cache
     from ..derived import cached_by_inputs
-    from ..sources import SourceError
 
     check_output(output)
     store = None if no_cache else Cache()
     # the whole graph of a large tree takes minutes: stored under the fingerprint of the files
-    try:
+    with source_errors_as_usage():
         text = cached_by_inputs(store, path, "callgraph", (fmt,), lambda: _callgraph_text(path, fmt))
-    except SourceError as e:
-        raise click.UsageError(str(e)) from None
     write_output(text, output)
 
 

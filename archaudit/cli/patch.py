@@ -4,17 +4,18 @@ from __future__ import annotations
 import click
 
 from ..report.shown import shown
-from .common import check_output, parse_targets, scan_with_progress, write_output
+from .common import (check_output, no_cache_option, output_option, parse_targets, quiet_option, scan_with_progress,
+                     target_option, write_output)
 
 
 @click.command("patch")
 @click.argument("path", required=False, type=click.Path(path_type=str))
-@click.option("--target", "-t", "target", required=True, metavar="GPU", help="The GPU to enable (sm_120, RTX 5090, ...).")
+@target_option("The GPU to enable (sm_120, RTX 5090, ...).")
 @click.option("--include-partial", is_flag=True,
               help="Also patch gates whose modules build but have stub kernels (see each finding's safe entry points).")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), help="Write the diff to a file.")
-@click.option("-q", "--quiet", is_flag=True, help="No progress or summary on stderr.")
-@click.option("--no-cache", is_flag=True, help="Neither read nor write the cache (the same one `scan` uses).")
+@output_option("Write the diff to a file.")
+@quiet_option("No progress or summary on stderr.")
+@no_cache_option()
 def patch_cmd(path, target, include_partial, output, quiet, no_cache):
     """Print a unified diff (paths relative to the scan root: apply with `patch -p0` or
     `git apply -p0`) that makes each software-only gate admit TARGET, including the gates further

@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from ..report.shown import cell, shown
+from .common import format_option
 
 EXIT_OK, EXIT_DISAGREE, EXIT_USAGE = 0, 1, 2
 
@@ -57,7 +58,7 @@ def rules_group() -> None:
 )
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, help="Parallel probes (default: CPU count).")
 @click.option("--no-cache", is_flag=True, help="Ignore and do not write the probe cache.")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@format_option("text", "json")
 def verify_cmd(rule_ids, target_names, no_macros, no_targets, include_dirs, jobs, no_cache, fmt) -> None:
     """Compile every rule's probe for every target and report rules the toolchain disagrees with.
 

@@ -8,12 +8,13 @@ import time
 import click
 
 from ..report.shown import shown
-from .common import check_output, parse_targets, scan_with_progress, write_output
+from .common import (check_output, format_option, no_cache_option, output_option, parse_targets, quiet_option,
+                     scan_with_progress, target_option, write_output)
 
 
 @click.command("verify")
 @click.argument("path", type=click.Path(exists=True, file_okay=False, path_type=str))
-@click.option("--target", "-t", "target", required=True, metavar="GPU", help="The GPU to verify for (sm_120, RTX 5090, ...).")
+@target_option("The GPU to verify for (sm_120, RTX 5090, ...).")
 @click.option("--module", "modules", multiple=True, metavar="GLOB",
               help="Only JIT modules whose name matches (fnmatch, repeatable).")
 @click.option("--gate", "gates", multiple=True, metavar="PATH:LINE",
@@ -26,10 +27,10 @@ from .common import check_output, parse_targets, scan_with_progress, write_outpu
               help="Extra include directory for nvcc (repeatable): headers of packages the JIT passes itself.")
 @click.option("--nvcc-flag", "nvcc_flags", multiple=True, metavar="FLAG",
               help="Extra nvcc flag for every compile (repeatable; write --nvcc-flag=-DX): flags the JIT adds to every module.")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
-@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), help="Write the report to a file.")
-@click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
-@click.option("--no-cache", is_flag=True, help="Neither read nor write the scan's cache (the one `scan` uses).")
+@format_option("text", "json")
+@output_option("Write the report to a file.")
+@quiet_option("No progress on stderr.")
+@no_cache_option("Neither read nor write the scan's cache (the one `scan` uses).")
 def verify_cmd(path, target, modules, gates, jobs, timeout, includes, nvcc_flags, fmt, output, quiet, no_cache):
     """Confirm or refute the static verdicts of PATH's JIT modules for TARGET with nvcc.
 
