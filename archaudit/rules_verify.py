@@ -464,6 +464,33 @@ def verify(
     tc = Toolchain.find()
     cache = ProbeCache(cache_dir)
     prober = Prober(tc, cache, tuple(include_dirs))
+    rules, targets = _selected(rule_ids, target_names)
+    runnable, skipped = _runnable(rules, prober)
+    tasks, costs = _tasks(prober, runnable, targets, check_macros, check_targets)
+    if any(r.probe_kind == "ptx" for r in runnable):
+        prober.ptx_isa()  # once, before the threads race for it
+    results = _run_tasks(tasks, costs, cache, jobs, progress, start)
+    findings, observed = _feature_findings(runnable, targets, results, narrowed=target_names is not None)
+    if check_macros:
+        findings += _macro_findings(targets, results)
+    if check_targets:
+        findings += _target_findings(tc, results)
+    return Report(
+        toolchain=tc,
+        findings=findings,
+        checked_rules=[r.id for r in runnable],
+        checked_targets=[t.name for t in targets],
+        skipped=skipped,
+        probes=len(tasks),
+        cache_hits=cache.hits,
+        seconds=time.monotonic() - t0,
+        observed=observed,
+    )
+
+
+def _selected(rule_ids, target_names) -> tuple[list, list]:
+    """The feature rules and compile targets asked for (all by default); an unknown name raises
+    UnknownName."""
     rules = list(feature_rules())
     if rule_ids is not None:
         wanted = list(rule_ids)
@@ -480,7 +507,11 @@ def verify(
         if unknown:
             raise UnknownName(f"unknown compile target(s): {', '.join(unknown)}; known: {', '.join(by_name)}")
         targets = [by_name[w] for w in wanted_t]
+    return rules, targets
 
+
+def _runnable(rules, prober) -> tuple[list, dict[str, str]]:
+    """The rules whose probe can run here, and why each other one is skipped."""
     skipped: dict[str, str] = {}
     runnable = []
     for r in rules:
@@ -494,9 +525,13 @@ def verify(
             skipped[r.id] = f"{r.probe_include} not found in the include dirs"
         else:
             runnable.append(r)
+    return runnable, skipped
 
+
+def _tasks(prober, runnable, targets, check_macros: bool, check_targets: bool):
+    """(label, probe) of every probe to run, and (kind, cache key) of each, for the estimate."""
     tasks: list[tuple[str, Callable[[], object]]] = []
-    costs: list[tuple[str, Callable[[], str]]] = []  # (kind, cache key) of each task, for start()
+    costs: list[tuple[str, Callable[[], str]]] = []
     for r in runnable:
         for t in targets:
             tasks.append((f"{r.id} @ {t.name}", lambda r=r, t=t: prober.probe(r.probe_kind, r.probe, t.name, r.probe_include)))
@@ -514,9 +549,11 @@ def verify(
     for mt in macro_targets:
         tasks.append((f"macros @ {mt or 'host'}", lambda mt=mt: prober.dump_macros(mt)))
         costs.append(("macros", lambda mt=mt: prober.macros_key(mt)))
+    return tasks, costs
 
-    if any(r.probe_kind == "ptx" for r in runnable):
-        prober.ptx_isa()  # once, before the threads race for it
+
+def _run_tasks(tasks, costs, cache, jobs, progress, start) -> dict[str, object]:
+    """Every probe's result by label, `jobs` threads at a time; start() first, progress() after each."""
     results: dict[str, object] = {}
     done = 0
     workers = max(1, jobs or os.cpu_count() or 1)
@@ -536,7 +573,11 @@ def verify(
             done += 1
             if progress:
                 progress(done, len(tasks), label)
+    return results
 
+
+def _feature_findings(runnable, targets, results, narrowed: bool) -> tuple[list[Finding], dict[str, list[str]]]:
+    """Feature rules whose supported_on disagrees with their probes, and where each probe built."""
     findings: list[Finding] = []
     observed: dict[str, list[str]] = {}
     for r in runnable:
@@ -562,56 +603,53 @@ def verify(
             data_only = [t.name for t in targets if t.name in expected - got]
             tool_only = [t.name for t in targets if t.name in got - expected]
             details = {"errors": {n: errors[n] for n in data_only}}
-            if target_names is None:
+            if not narrowed:
                 details["suggested_supported_on"] = compact_supported(got)
             findings.append(
                 Finding("feature", r.id, f"supported_on disagrees with {r.probe_kind} probes", data_only, tool_only, details)
             )
+    return findings, observed
 
-    if check_macros:
-        for mt in [None] + [t.name for t in targets]:
-            got = results[f"macros @ {mt or 'host'}"]
-            target = None if mt is None else next(t for t in targets if t.name == mt)
-            if got is None:
-                findings.append(Finding("macros", mt or "host", "nvcc does not accept this target"))
-                continue
-            exp_i = predefined_macros(target)
-            got = dict(got)  # type: ignore[arg-type]
-            if target is None:
-                got["ints"] = {k: v for k, v in got["ints"].items() if k != "__CUDA_ARCH_LIST__"}
-            diff = _macro_diff(exp_i, _expected_funcs(target), got)
-            if diff:
-                findings.append(Finding("macros", mt or "host", "macros.toml differs from nvcc -E -dM", details={"diff": diff}))
 
-    if check_targets:
-        listed = _list_gpu_code(tc)
-        known = {g.name for g in registry().gpus}
-        for name in sorted(listed - known):
-            findings.append(Finding("targets", name, "nvcc --list-gpu-code lists a GPU that targets.toml lacks", [], [name]))
-        for g in registry().gpus:
-            accepted = [v for v in ("", "a", "f") if results[f"macros @ {g.name}{v}"] is not None]
-            if sorted(accepted) != sorted(g.variants):
-                findings.append(
-                    Finding(
-                        "targets",
-                        g.name,
-                        f"targets.toml variants {list(g.variants)} but nvcc accepts {accepted}",
-                        [f"{g.name}{v}" for v in g.variants if v not in accepted],
-                        [f"{g.name}{v}" for v in accepted if v not in g.variants],
-                    )
+def _macro_findings(targets, results) -> list[Finding]:
+    """Targets whose predefined macros differ from macros.toml (or that nvcc does not accept)."""
+    findings: list[Finding] = []
+    for mt in [None] + [t.name for t in targets]:
+        got = results[f"macros @ {mt or 'host'}"]
+        target = None if mt is None else next(t for t in targets if t.name == mt)
+        if got is None:
+            findings.append(Finding("macros", mt or "host", "nvcc does not accept this target"))
+            continue
+        exp_i = predefined_macros(target)
+        got = dict(got)  # type: ignore[arg-type]
+        if target is None:
+            got["ints"] = {k: v for k, v in got["ints"].items() if k != "__CUDA_ARCH_LIST__"}
+        diff = _macro_diff(exp_i, _expected_funcs(target), got)
+        if diff:
+            findings.append(Finding("macros", mt or "host", "macros.toml differs from nvcc -E -dM", details={"diff": diff}))
+    return findings
+
+
+def _target_findings(tc: Toolchain, results) -> list[Finding]:
+    """GPUs nvcc knows that targets.toml lacks, and variants lists that differ from what nvcc accepts."""
+    findings: list[Finding] = []
+    listed = _list_gpu_code(tc)
+    known = {g.name for g in registry().gpus}
+    for name in sorted(listed - known):
+        findings.append(Finding("targets", name, "nvcc --list-gpu-code lists a GPU that targets.toml lacks", [], [name]))
+    for g in registry().gpus:
+        accepted = [v for v in ("", "a", "f") if results[f"macros @ {g.name}{v}"] is not None]
+        if sorted(accepted) != sorted(g.variants):
+            findings.append(
+                Finding(
+                    "targets",
+                    g.name,
+                    f"targets.toml variants {list(g.variants)} but nvcc accepts {accepted}",
+                    [f"{g.name}{v}" for v in g.variants if v not in accepted],
+                    [f"{g.name}{v}" for v in accepted if v not in g.variants],
                 )
-
-    return Report(
-        toolchain=tc,
-        findings=findings,
-        checked_rules=[r.id for r in runnable],
-        checked_targets=[t.name for t in targets],
-        skipped=skipped,
-        probes=len(tasks),
-        cache_hits=cache.hits,
-        seconds=time.monotonic() - t0,
-        observed=observed,
-    )
+            )
+    return findings
 
 
 def _list_gpu_code(tc: Toolchain) -> set[str]:

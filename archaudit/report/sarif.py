@@ -302,8 +302,37 @@ def parse_unified_diff(patch: str) -> list[tuple[str, list[dict]]]:
 
 def _result(r, reg, loc: _Locator, versions: dict, with_baseline: bool) -> dict:
     f = r.finding
-    g = f.gate
     rule = RULES[_RULE_INDEX[f.verdict]] if f.verdict in _RULE_INDEX else RULES[_RULE_INDEX[UNRESOLVED]]
+    primary, related = _locations(f, loc)
+    res: dict = {
+        "ruleId": rule["id"],
+        "ruleIndex": _RULE_INDEX[rule["id"]],
+        "level": rule["level"],
+        "message": _message(r, reg, versions),
+        "locations": [primary],
+    }
+    if related:
+        res["relatedLocations"] = related
+    flow = _code_flow(f, loc)
+    if len(flow) > 1:
+        res["codeFlows"] = [{"message": {"text": f"from the gate to what decides the verdict on {f.target}"},
+                             "threadFlows": [{"locations": flow[:MAX_FLOW]}]}]
+    fixes = _fixes(f, loc)
+    if fixes:
+        res["fixes"] = fixes
+    res["partialFingerprints"] = {"primaryLocationLineHash": r.fingerprint, "archaudit/gate/v1": r.fingerprint}
+    res["properties"] = _properties(f, reg, versions)
+    if r.suppressed is not None:
+        res["suppressions"] = [{"kind": "inSource", "justification": r.suppressed}]
+    if with_baseline and r.new is not None:
+        res["baselineState"] = "new" if r.new else "unchanged"
+    return res
+
+
+def _locations(f, loc: _Locator) -> tuple[dict, list[dict]]:
+    """The primary location (the gate, or the line pinning its package when the gate is outside
+    the repository) and the related ones (evidence, chain, stub kernels), MAX_RELATED at most."""
+    g = f.gate
     related: list[dict] = []
     in_repo = loc.repo is not None and loc.repo.rel(g.path) is not None
     pin = None if in_repo or loc.repo is None else loc.repo.pin(g.package)
@@ -315,14 +344,10 @@ def _result(r, reg, loc: _Locator, versions: dict, with_baseline: bool) -> dict:
         }
     else:
         primary = {"physicalLocation": loc.physical(g.path, g.line, g.col)}
-    next_id = 0
 
     def add(path, line, text, col=None):
-        nonlocal next_id
-        if len(related) >= MAX_RELATED:
-            return
-        related.append(loc.location(path, line, text, col, next_id))
-        next_id += 1
+        if len(related) < MAX_RELATED:
+            related.append(loc.location(path, line, text, col, len(related)))
 
     if pin is not None:
         add(g.path, g.line, f"the gate: {_short(g.expr)}", g.col)
@@ -335,15 +360,12 @@ def _result(r, reg, loc: _Locator, versions: dict, with_baseline: bool) -> dict:
         for k in m.kernels:
             if k.status != "real":
                 add(k.path, k.line, f"kernel {k.name} of {m.name} is {k.status} on {m.compile_target}")
-    res: dict = {
-        "ruleId": rule["id"],
-        "ruleIndex": _RULE_INDEX[rule["id"]],
-        "level": rule["level"],
-        "message": _message(r, reg, versions),
-        "locations": [primary],
-    }
-    if related:
-        res["relatedLocations"] = related
+    return primary, related
+
+
+def _code_flow(f, loc: _Locator) -> list[dict]:
+    """The gate, then its chain, then the evidence, as one thread flow's locations."""
+    g = f.gate
     flow = [{"location": loc.location(g.path, g.line, f"gate excludes {f.target}: {_short(g.expr)}", g.col),
              "nestingLevel": 0}]
     for lk in f.chain:
@@ -351,13 +373,11 @@ def _result(r, reg, loc: _Locator, versions: dict, with_baseline: bool) -> dict:
                      "nestingLevel": 1})
     for e in f.evidence:
         flow.append({"location": loc.location(e.path, e.line, f"needs {e.feature}"), "nestingLevel": 2})
-    if len(flow) > 1:
-        res["codeFlows"] = [{"message": {"text": f"from the gate to what decides the verdict on {f.target}"},
-                             "threadFlows": [{"locations": flow[:MAX_FLOW]}]}]
-    fixes = _fixes(f, loc)
-    if fixes:
-        res["fixes"] = fixes
-    res["partialFingerprints"] = {"primaryLocationLineHash": r.fingerprint, "archaudit/gate/v1": r.fingerprint}
+    return flow
+
+
+def _properties(f, reg, versions: dict) -> dict:
+    g = f.gate
     props = {
         "target": f.target,
         "verdict": f.verdict,
@@ -376,12 +396,7 @@ def _result(r, reg, loc: _Locator, versions: dict, with_baseline: bool) -> dict:
     if f.modules:
         props["modules"] = [{"name": m.name, "compileTarget": m.compile_target, "prediction": m.prediction}
                             for m in f.modules]
-    res["properties"] = {k: v for k, v in props.items() if v is not None}
-    if r.suppressed is not None:
-        res["suppressions"] = [{"kind": "inSource", "justification": r.suppressed}]
-    if with_baseline and r.new is not None:
-        res["baselineState"] = "new" if r.new else "unchanged"
-    return res
+    return {k: v for k, v in props.items() if v is not None}
 
 
 def _inventory_result(g, target: str, reg, loc: _Locator, key: str, fp: str, versions: dict) -> dict:

@@ -74,6 +74,22 @@ def screen_lines(s: Summary, view: View, targets_given: bool) -> list[tuple[str,
     def add(text: str, style: str = "", wrap: bool = False) -> None:
         out.append((shown(text), style, wrap))
 
+    _head_lines(s, add)
+    if not targets_given:
+        _untargeted_lines(s, view, add)
+        return out
+    for t in s.targets:
+        add("")
+        _target_lines(t, view, add)
+    add("")
+    tgt = s.targets[0].target if s.targets else "sm_120"
+    add(f"Findings one by one: --verdict {'|'.join(VERDICTS)} (repeatable), --all (and every gate); "
+        f"one gate's evidence: {_cmd(view, 'explain', 'FILE:LINE', '-t', tgt)}", "dim", wrap=True)
+    return out
+
+
+def _head_lines(s: Summary, add) -> None:
+    """The scan root, its packages and gate count, what was only read, the filters."""
     add(f"archaudit: {s.root}", "bold", wrap=True)
     pk = ", ".join(f"{n} {v}" for n, v in s.packages)
     tests = f" ({s.test_gates_left_out} more in test files)" if s.test_gates_left_out else ""
@@ -90,78 +106,83 @@ def screen_lines(s: Summary, view: View, targets_given: bool) -> list[tuple[str,
         parts = [f"{k} {', '.join(f[k]) if isinstance(f[k], list) else f[k]}"
                  for k in ("verdict", "package", "include", "exclude") if f.get(k)]
         add("filters: " + "; ".join(parts), "dim", wrap=True)
-    if not targets_given:
-        if s.gates_by_kind:
-            add("  by kind: " + ", ".join(f"{n} {k}" for k, n in sorted(s.gates_by_kind.items(), key=lambda x: (-x[1], x[0]))))
-        if s.excluding:
-            add("  gates that exclude each GPU: " + ", ".join(f"{g} {n}" for g, n in s.excluding.items()), wrap=True)
-        if s.test_gates_left_out:
-            add("  gates in test files are left out; --include-tests to show")
-        add("")
-        add(f"No --target given: the gates are listed, not judged. Which gates stop a GPU, and which can be patched: "
-            f"{_cmd(view, 'scan', '-t', 'sm_120')}", wrap=True)
-        return out
-    for t in s.targets:
-        add("")
-        prods: list[str] = []
-        for p in t.products:
-            if not any(p.startswith(q) for q in prods):
-                prods.append(p)
-        prod = f" ({', '.join(prods[:3])})" if prods else ""
 
-        def stop(n: int, what: str) -> str:
-            return f"no {what} stops it" if not n else f"1 {what} stops it" if n == 1 else f"{n} {what}s stop it"
 
-        if t.baseline is not None:
-            known, new = t.baseline
-            head = f"{t.target}{prod}: {stop(new, 'new gate')} ({known} known, in the baseline)"
-        else:
-            head = f"{t.target}{prod}: {stop(t.stopped, 'gate')}"
-        add(head, "bold", wrap=True)
-        so, pa = t.counts.get("software-only", 0), t.counts.get("partial", 0)
-        if so or pa:
-            kinds = ", ".join(x for x in (f"{so} software-only" if so else "", f"{pa} partial" if pa else "") if x)
-            auto = (f"{t.patch_auto} with an automatic patch, {t.patch_manual} with a step by hand"
-                    if t.patch_manual else "each with an automatic patch")
-            add(f"  {so + pa} can be patched ({kinds}; {auto}):", "green", wrap=True)
-            add("    " + _cmd(view, "patch", "-t", t.target, ">", f"enable-{t.target}.patch"), "green", wrap=True)
-            groups = t.patchable + ([t.patchable_more] if t.patchable_more else [])
-            w = min(40, max(len(g.label) for g in groups))
-            for g in groups:
-                mods = f"{g.modules} modules" if g.modules > 1 and g is not t.patchable_more else ""
-                add(_row(g.label, g.count, "gate", w, mods, g.example))
-            if pa:
-                add("    partial ones are patched with --include-partial (some of their kernels are stubs)", "dim")
-        for verdict, groups, more, what in (("hardware-bound", t.hardware, t.hardware_more,
-                                             f"{t.target} lacks what they need"),
-                                            ("binary-only", t.binary, t.binary_more,
-                                             f"prebuilt code with no build for {t.target}")):
-            n = t.counts.get(verdict, 0)
-            if not n:
-                continue
-            nfeat = sum(g.modules for g in groups) + (more.modules if more else 0)
-            add(f"  {n} {verdict}: {what} ({_plural(nfeat, 'module')})", VERDICT_STYLE[verdict])
-            rows = groups + ([more] if more else [])
-            w = min(40, max(len(g.label) for g in rows))
-            for g in rows:
-                add(_row(g.label, g.count, "gate", w, g.why, g.example))
-        ng = t.counts.get("no-gpu-code", 0)
-        if ng:
-            add(f"  {ng} no-gpu-code: patching them changes only Python, no GPU code "
-                f"(list: --verdict no-gpu-code)", VERDICT_STYLE["no-gpu-code"])
-        nu = t.counts.get("unresolved", 0)
-        if nu:
-            add(f"  {nu} unresolved: not followed to the end, by the first obstacle met "
-                f"(list: {_cmd(view, 'scan', '-t', t.target, '--verdict', 'unresolved')})", "yellow", wrap=True)
-            for g in t.unresolved + ([t.unresolved_more] if t.unresolved_more else []):
-                add(f"    {g.count:>5}  {g.label}")
-        if t.tests_left_out:
-            add(f"  {_plural(t.tests_left_out, 'finding')} in test files left out; --include-tests to show", "dim")
+def _untargeted_lines(s: Summary, view: View, add) -> None:
+    """Without --target: the gates counted by kind and by GPU they exclude."""
+    if s.gates_by_kind:
+        add("  by kind: " + ", ".join(f"{n} {k}" for k, n in sorted(s.gates_by_kind.items(), key=lambda x: (-x[1], x[0]))))
+    if s.excluding:
+        add("  gates that exclude each GPU: " + ", ".join(f"{g} {n}" for g, n in s.excluding.items()), wrap=True)
+    if s.test_gates_left_out:
+        add("  gates in test files are left out; --include-tests to show")
     add("")
-    tgt = s.targets[0].target if s.targets else "sm_120"
-    add(f"Findings one by one: --verdict {'|'.join(VERDICTS)} (repeatable), --all (and every gate); "
-        f"one gate's evidence: {_cmd(view, 'explain', 'FILE:LINE', '-t', tgt)}", "dim", wrap=True)
-    return out
+    add(f"No --target given: the gates are listed, not judged. Which gates stop a GPU, and which can be patched: "
+        f"{_cmd(view, 'scan', '-t', 'sm_120')}", wrap=True)
+
+
+def _stop(n: int, what: str) -> str:
+    return f"no {what} stops it" if not n else f"1 {what} stops it" if n == 1 else f"{n} {what}s stop it"
+
+
+def _target_lines(t, view: View, add) -> None:
+    """One target's block: its head line, then each verdict's lines."""
+    prods: list[str] = []
+    for p in t.products:
+        if not any(p.startswith(q) for q in prods):
+            prods.append(p)
+    prod = f" ({', '.join(prods[:3])})" if prods else ""
+    if t.baseline is not None:
+        known, new = t.baseline
+        head = f"{t.target}{prod}: {_stop(new, 'new gate')} ({known} known, in the baseline)"
+    else:
+        head = f"{t.target}{prod}: {_stop(t.stopped, 'gate')}"
+    add(head, "bold", wrap=True)
+    _patchable_lines(t, view, add)
+    for verdict, groups, more, what in (("hardware-bound", t.hardware, t.hardware_more,
+                                         f"{t.target} lacks what they need"),
+                                        ("binary-only", t.binary, t.binary_more,
+                                         f"prebuilt code with no build for {t.target}")):
+        n = t.counts.get(verdict, 0)
+        if not n:
+            continue
+        nfeat = sum(g.modules for g in groups) + (more.modules if more else 0)
+        add(f"  {n} {verdict}: {what} ({_plural(nfeat, 'module')})", VERDICT_STYLE[verdict])
+        rows = groups + ([more] if more else [])
+        w = min(40, max(len(g.label) for g in rows))
+        for g in rows:
+            add(_row(g.label, g.count, "gate", w, g.why, g.example))
+    ng = t.counts.get("no-gpu-code", 0)
+    if ng:
+        add(f"  {ng} no-gpu-code: patching them changes only Python, no GPU code "
+            f"(list: --verdict no-gpu-code)", VERDICT_STYLE["no-gpu-code"])
+    nu = t.counts.get("unresolved", 0)
+    if nu:
+        add(f"  {nu} unresolved: not followed to the end, by the first obstacle met "
+            f"(list: {_cmd(view, 'scan', '-t', t.target, '--verdict', 'unresolved')})", "yellow", wrap=True)
+        for g in t.unresolved + ([t.unresolved_more] if t.unresolved_more else []):
+            add(f"    {g.count:>5}  {g.label}")
+    if t.tests_left_out:
+        add(f"  {_plural(t.tests_left_out, 'finding')} in test files left out; --include-tests to show", "dim")
+
+
+def _patchable_lines(t, view: View, add) -> None:
+    """What can be patched for one target: the counts, the command, the features."""
+    so, pa = t.counts.get("software-only", 0), t.counts.get("partial", 0)
+    if not (so or pa):
+        return
+    kinds = ", ".join(x for x in (f"{so} software-only" if so else "", f"{pa} partial" if pa else "") if x)
+    auto = (f"{t.patch_auto} with an automatic patch, {t.patch_manual} with a step by hand"
+            if t.patch_manual else "each with an automatic patch")
+    add(f"  {so + pa} can be patched ({kinds}; {auto}):", "green", wrap=True)
+    add("    " + _cmd(view, "patch", "-t", t.target, ">", f"enable-{t.target}.patch"), "green", wrap=True)
+    groups = t.patchable + ([t.patchable_more] if t.patchable_more else [])
+    w = min(40, max(len(g.label) for g in groups))
+    for g in groups:
+        mods = f"{g.modules} modules" if g.modules > 1 and g is not t.patchable_more else ""
+        add(_row(g.label, g.count, "gate", w, mods, g.example))
+    if pa:
+        add("    partial ones are patched with --include-partial (some of their kernels are stubs)", "dim")
 
 
 # --- plain text ---------------------------------------------------------------------------------
