@@ -24,6 +24,7 @@ from .model import (BINARY_ONLY, BUILD_FLAGS, CPP_RUNTIME_CHECK, HARDWARE_BOUND,
 from .callgraph import GateSite
 from .callgraph.dsl import DslCallRule, dsl_rule_for
 from .callgraph.graph import SearchBudgetExceeded
+from .platform import PlatformNeed, need_finder
 from .ruledata import load_rule
 from .targets import CompileTarget, Gpu, admits_of_nvcc_flags, registry
 
@@ -62,6 +63,8 @@ class ModuleRef:
     own_unit_only: bool = False
     guarded_function: str | None = None  # a C++ runtime check: the function holding it
     sink: tuple[str, int, int, str] | None = None  # the build call: path, line, column, function holding it
+    # platform features (NVLink multicast ...) its Python setup needs on every path (archaudit.platform)
+    platform_needs: list[PlatformNeed] = field(default_factory=list)
 
 
 @dataclass
@@ -193,7 +196,7 @@ def judge_module(ref: ModuleRef, ct: CompileTarget, tus: TuCache) -> ModuleJudge
             mv.prediction = "fails"
             mv.reason = mv.reason or tu.reason
             for b in tu.blocking:
-                if b.kind in ("ptx", "intrinsic", "error"):
+                if b.kind in ("ptx", "intrinsic", "error") or b.feature == "smem.static":
                     out.evidence.append(Evidence(b.path, b.line, b.feature, tuple(b.supported_on), b.text))
         elif tu.prediction == "unknown":
             unknown.append(f"{src}: {tu.reason}")
@@ -266,7 +269,9 @@ def classify(gate: Gate, gpu: Gpu, ct: CompileTarget, behind: Behind, tus: TuCac
         return f
     verdicts: list[str] = []
     reasons: list[str] = []
+    needing: list[tuple[int, str]] = []  # (index in verdicts, reason) of modules needing what gpu's system lacks
     for ref in behind.modules:
+        first = len(verdicts)
         mj = judge_module(ref, ct, tus)
         mv = mj.verdict
         f.modules.append(mv)
@@ -332,6 +337,10 @@ def classify(gate: Gate, gpu: Gpu, ct: CompileTarget, behind: Behind, tus: TuCac
             else:
                 verdicts.append(SOFTWARE_ONLY)
                 reasons.append(f"{ref.name}: {mv.reason}" + (f"; {scope} reaches only real kernels" if narrowed else ""))
+        why = _platform_needs(f, ref, gpu)
+        if why:
+            needing.append((first, why))
+    _platform_verdicts(verdicts, reasons, needing)
     if dsl_reason:
         verdicts.append(HARDWARE_BOUND)
         reasons.append(dsl_reason)
@@ -351,6 +360,41 @@ def classify(gate: Gate, gpu: Gpu, ct: CompileTarget, behind: Behind, tus: TuCac
     f.reason = "; ".join(reasons)
     f.feature = ", ".join(sorted({m.name for m in behind.modules}))
     return f
+
+
+def _platform_needs(f: Finding, ref: ModuleRef, gpu: Gpu) -> str:
+    """Evidence on `f` for the platform features (NVLink multicast ...) the module's Python setup
+    needs and no system with `gpu` has; the reason, or "" when there is none."""
+    reasons = []
+    for n in ref.platform_needs:
+        if not gpu.lacks(n.feature):
+            continue
+        may = tuple(g.name for g in registry().gpus if getattr(g, n.feature) == "may")
+        steps = " -> ".join(".".join(x.text.rsplit(".", 2)[-2:]) for x in n.chain if x.kind == "call")
+        holder = n.holder.removesuffix(".__init__")
+        f.evidence.append(Evidence(n.path, n.line, f"platform.{n.feature}", may,
+                                   f"{n.api}: {n.description}; {holder} reaches it on every path "
+                                   f"({steps} -> {n.api}); no system with {gpu.name} has it (a platform fact, "
+                                   f"not an instruction-set one)"))
+        for path, line, test in n.refusals:
+            f.evidence.append(Evidence(path, line, f"platform.{n.feature}", may,
+                                       f"raises when the runtime probe says no: `{test[:120]}`"))
+        reasons.append(f"{ref.name}: its Python setup ({holder}) needs {n.feature.replace('_', ' ')} "
+                       f"({n.api} at {n.path}:{n.line}), which no system with {gpu.name} has")
+    return "; ".join(reasons)
+
+
+def _platform_verdicts(verdicts: list[str], reasons: list[str], needing: list[tuple[int, str]]) -> None:
+    """Modules whose setup needs what the system lacks are hardware-bound; behind a gate that also
+    reaches usable modules (another backend it may choose), the gate is partial for that reason."""
+    if not needing:
+        return
+    hit = {i for i, _ in needing}
+    usable = any(v in (SOFTWARE_ONLY, PARTIAL) for i, v in enumerate(verdicts) if i not in hit)
+    for i, why in needing:
+        if verdicts[i] != HARDWARE_BOUND:  # an instruction it lacks already decides
+            verdicts[i] = PARTIAL if usable else HARDWARE_BOUND
+        reasons.append(why + ("; the gate also reaches modules that do not need it" if usable else ""))
 
 
 def _dsl_needs(f: Finding, behind: Behind, ct: CompileTarget) -> str:
@@ -659,6 +703,8 @@ def patch_plan(f: Finding, g: Gate, gpu: Gpu, b: Behind, by_place, patcher, firs
 
     plan = list(first) + ([] if g.kind == BUILD_FLAGS and g.region == "build" else [g])
     for ref in b.modules:
+        if any(gpu.lacks(n.feature) for n in ref.platform_needs):
+            continue  # a module the target's system cannot run: its own gates stay
         fg = by_place.get(ref.flags_gate) if ref.flags_gate else None
         if fg is not None and fg is not g and gpu.name not in fg.admits and fg not in plan:
             plan.append(fg)
@@ -872,7 +918,8 @@ def module_refs(analysis, mods) -> dict[str, ModuleRef]:
                                   host_sources=sorted(dict.fromkeys(host)),
                                   hard_flags=list(jm.hard_coded_archs) if jm.hard_coded_archs else None,
                                   notes=sorted(dict.fromkeys(notes)),
-                                  sink=(jm.path, jm.line, int(jm.key.rsplit(":", 1)[1]), jm.function))
+                                  sink=(jm.path, jm.line, int(jm.key.rsplit(":", 1)[1]), jm.function),
+                                  platform_needs=need_finder(analysis).needs_of(bm.module))
         elif ref.entry_points is not None:
             # reached along several paths: the union of what they call, unknown beats known
             ref.entry_points = None if entry is None else ref.entry_points | entry

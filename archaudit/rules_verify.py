@@ -32,6 +32,7 @@ from .cuda.ruleset import (
     function_macros,
     predefined_macros,
 )
+from .cuda.tu import smem_limit
 from .ruledata import load_rule
 from .safeio import load_json_file
 from .targets import CompileTarget, registry
@@ -467,14 +468,14 @@ def verify(
     rules, targets = _selected(rule_ids, target_names)
     runnable, skipped = _runnable(rules, prober)
     tasks, costs = _tasks(prober, runnable, targets, check_macros, check_targets)
-    if any(r.probe_kind == "ptx" for r in runnable):
+    if check_targets or any(r.probe_kind == "ptx" for r in runnable):
         prober.ptx_isa()  # once, before the threads race for it
     results = _run_tasks(tasks, costs, cache, jobs, progress, start)
     findings, observed = _feature_findings(runnable, targets, results, narrowed=target_names is not None)
     if check_macros:
         findings += _macro_findings(targets, results)
     if check_targets:
-        findings += _target_findings(tc, results)
+        findings += _target_findings(tc, results) + _smem_findings(targets, results)
     return Report(
         toolchain=tc,
         findings=findings,
@@ -549,6 +550,10 @@ def _tasks(prober, runnable, targets, check_macros: bool, check_targets: bool):
     for mt in macro_targets:
         tasks.append((f"macros @ {mt or 'host'}", lambda mt=mt: prober.dump_macros(mt)))
         costs.append(("macros", lambda mt=mt: prober.macros_key(mt)))
+    if check_targets:
+        for label, _kind, body, t in _smem_probes(targets):
+            tasks.append((label, lambda body=body, t=t: prober.probe("ptx", body, t.name)))
+            costs.append(("ptx", lambda body=body, t=t: prober.probe_key("ptx", body, t.name)))
     return tasks, costs
 
 
@@ -650,6 +655,39 @@ def _target_findings(tc: Toolchain, results) -> list[Finding]:
                 )
             )
     return findings
+
+
+def _smem_body(nbytes: int) -> str:
+    """PTX statements using `nbytes` of static shared memory in all (the prelude's 4096 included)."""
+    return (f".shared .align 16 .b8 big[{nbytes - 4096}];\n"
+            "mov.u32 r1, big; st.shared.u32 [r1], 1; mov.u32 r2, smem; st.shared.u32 [r2], 1;")
+
+
+def _smem_probes(targets) -> list[tuple[str, str, str, CompileTarget]]:
+    """Two ptxas probes per compile target for targets.toml's shared-memory limits: static shared
+    memory of exactly the limit archaudit applies (smem_limit: the GPU's opt-in limit on `a`
+    targets, static_smem_kib elsewhere) must assemble, 16 bytes more must not."""
+    out = []
+    for t in targets:
+        limit = smem_limit("static", t)
+        if limit <= 4096:
+            continue
+        out.append((f"smem @ {t.name} = {limit}", "at", _smem_body(limit), t))
+        out.append((f"smem @ {t.name} > {limit}", "over", _smem_body(limit + 16), t))
+    return out
+
+
+def _smem_findings(targets, results: dict) -> list[Finding]:
+    out = []
+    for label, kind, _body, t in _smem_probes(targets):
+        ok = results[label].ok  # type: ignore[attr-defined]
+        if ok != (kind == "at"):
+            limit = smem_limit("static", t)
+            what = (f"ptxas rejects {limit} bytes of static shared memory" if kind == "at"
+                    else f"ptxas accepts more than {limit} bytes of static shared memory")
+            out.append(Finding("targets", t.name, f"shared-memory limit in targets.toml disagrees: {what}",
+                               details={"error": results[label].detail}))  # type: ignore[attr-defined]
+    return out
 
 
 def _list_gpu_code(tc: Toolchain) -> set[str]:

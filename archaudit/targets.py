@@ -25,10 +25,17 @@ class Gpu:
     variants: tuple[str, ...] = ()
     family: str | None = None
     smem_per_block_kib: int = 0
+    # platform features (rules/targets.toml): "may" | "no" | "unknown"
+    nvlink_multicast: str = "unknown"
+    nvlink_fabric: str = "unknown"
 
     @property
     def name(self) -> str:
         return f"sm_{self.major}{self.minor}"
+
+    def lacks(self, feature: str) -> bool:
+        """True when no system with this GPU can have the platform feature (a targets.toml field)."""
+        return getattr(self, feature, "unknown") == "no"
 
     @property
     def cc(self) -> int:
@@ -103,10 +110,13 @@ class Registry:
                     variants=tuple(g.get("variants", ())),
                     family=g.get("family"),
                     smem_per_block_kib=int(g.get("smem_per_block_kib", 0)),
+                    nvlink_multicast=g.get("nvlink_multicast", "unknown"),
+                    nvlink_fabric=g.get("nvlink_fabric", "unknown"),
                 )
             )
         self.gpus: tuple[Gpu, ...] = tuple(sorted(gpus))
         self.by_name: dict[str, Gpu] = {g.name: g for g in self.gpus}
+        self.static_smem_kib = int(data.get("static_smem_kib", 48))
         self.families: dict[str, tuple[str, ...]] = {
             k: tuple(v.get("members", ())) for k, v in data.get("family", {}).items()
         }

@@ -614,14 +614,21 @@ def _asm_text(pieces, macros: dict[str, Macro], depth: int = 0) -> tuple[str, li
     return "".join(parts), marks
 
 
-def _supported_smem(nbytes: int) -> list[str]:
+def smem_limit(kind: str, target: CompileTarget) -> int:
+    """Bytes of shared memory a block may use on `target`: a dynamic request up to the GPU's opt-in
+    limit; a static array up to that limit on an `a` target and up to the portable static limit on
+    plain and `f` targets, where ptxas rejects more (rules/targets.toml)."""
     reg = registry()
-    out = []
-    for t in ruleset.all_compile_targets():
-        g = reg.by_name.get(t.gpu_name)
-        if g is not None and g.smem_per_block_kib * 1024 >= nbytes:
-            out.append(t.name)
-    return out
+    g = reg.by_name.get(target.gpu_name)
+    if g is None:
+        return 0
+    if kind == "static" and target.variant != "a":
+        return reg.static_smem_kib * 1024
+    return g.smem_per_block_kib * 1024
+
+
+def _supported_smem(kind: str, nbytes: int) -> list[str]:
+    return [t.name for t in ruleset.all_compile_targets() if smem_limit(kind, t) >= nbytes]
 
 
 def _eval_int(pp: Preprocessor, expr: str) -> int | None:
@@ -739,15 +746,16 @@ def _judge(proj: CudaProject, relpath: str, target: CompileTarget, pr: PreprocRe
             if v is None:
                 continue
             nbytes = v * sm.elem_bytes
-            g = registry().by_name.get(target.gpu_name)
-            limit = g.smem_per_block_kib * 1024 if g else 0
+            limit = smem_limit(sm.kind, target)
             fu = FeatureUse(path, sm.line, f"smem.{sm.kind}", "smem", f"{sm.text} = {nbytes} bytes",
-                            _supported_smem(nbytes), st is True)
+                            _supported_smem(sm.kind, nbytes), st is True)
             if limit and nbytes > limit:
                 res.features.append(fu)
                 if st is True:
                     res.blocking.append(fu)
-                    res.stubs.append(StubSite(path, sm.line, "smem", fu.text, owner_name(ff, sm.top)))
+                    if sm.kind == "dynamic":
+                        # the build succeeds; the request fails when the kernel is configured
+                        res.stubs.append(StubSite(path, sm.line, "smem", fu.text, owner_name(ff, sm.top)))
                 else:
                     maybe_blocking.append(fu)
         # kernels
@@ -841,7 +849,7 @@ def _judge(proj: CudaProject, relpath: str, target: CompileTarget, pr: PreprocRe
             unknowns.append(f"kernel {k.name} at {k.path}:{k.line}: {k.reason}")
     res.unknowns = unknowns
 
-    real_blocking = [b for b in res.blocking if b.kind in ("ptx", "intrinsic", "error")]
+    real_blocking = [b for b in res.blocking if b.kind in ("ptx", "intrinsic", "error") or b.feature == "smem.static"]
     if real_blocking:
         b = real_blocking[0]
         res.prediction = "fails"
