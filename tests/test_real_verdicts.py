@@ -58,16 +58,21 @@ def test_072_sglang_fusion_gate_is_software_only(sp072, reg):
     assert "flashinfer/jit/comm.py" not in f.patch
 
 
-def test_0615_overrides_auto_enable_is_software_only(sp0615, reg):
+def test_0615_overrides_auto_enable_is_partial(sp0615, reg):
     """sglang 0.5.17's auto-enable of allreduce fusion (arg_groups/overrides.py) only sets a
     setting: followed to the code that reads it (a config-key link) and on to flashinfer's
-    trtllm_comm, whose fusion entry points are real on sm_120. The patch extends the test that
-    excludes sm_120 (not the multi-node one) with the predicate already imported there."""
+    trtllm_comm, whose fusion entry points are real on sm_120, and to the MNNVL backend
+    (trtllm_mnnvl_comm), whose workspace needs an NVLink multicast object no sm_120 system has:
+    partial, and the plan (for --include-partial) extends the test that excludes sm_120 (not the
+    multi-node one) and trtllm_comm's arch list, never the MNNVL one at comm.py:40."""
     f = _explain(sp0615, reg, "sglang/srt/arg_groups/overrides.py:1895")
     assert f.gate.function == "sglang.srt.arg_groups.overrides._flashinfer_allreduce_fusion_auto_enable"
-    assert f.verdict == "software-only"
+    assert f.verdict == "partial"
     assert ("config", "config-key") in {(x.kind, x.how) for x in f.chain}
-    assert "trtllm_comm" in [m.name for m in f.modules]
+    assert [m.name for m in f.modules] == ["trtllm_comm", "trtllm_mnnvl_comm"]
+    assert ("flashinfer/comm/mnnvl.py", 1383, "platform.nvlink_multicast") in {
+        (e.path, e.line, e.feature) for e in f.evidence}
     assert "+        and (is_sm90_supported() or is_sm100_supported() or is_sm120_supported())" in f.patch
     assert "-        and (view.nnodes == 1 or is_sm100_supported())" not in f.patch
     assert "flashinfer/jit/comm.py:191: add 12 to [9, 10]" in f.reason
+    assert "flashinfer/jit/comm.py:40" not in f.reason
