@@ -604,6 +604,8 @@ def judge_gates(gates: list[Gate], gpus: list[tuple[Gpu, CompileTarget]], behind
             f.reason += "; " + "; ".join(
                 f"{gpu.name} does not get this far unless the gate at {eg.path}:{eg.line} (`{eg.expr}`) lets it through"
                 for eg in stopped)
+        if f.verdict == HARDWARE_BOUND and patcher is not None:
+            _maintainer_words(f, g, gpu, patcher)
         if f.verdict in (SOFTWARE_ONLY, PARTIAL) and patcher is not None:
             # partial: the plan still applies, for the entry points the reason names as real
             pending.append((f, g, gpu, b, stopped))
@@ -618,6 +620,21 @@ def judge_gates(gates: list[Gate], gpus: list[tuple[Gpu, CompileTarget]], behind
                         for p, n in sorted(cut_by_total.items()))
     _plan_all(pending, findings, by_place, patcher, fail)
     return sorted(findings, key=Finding.sort_key)
+
+
+def _maintainer_words(f: Finding, g: Gate, gpu: Gpu, patcher) -> None:
+    """A gate held by a platform need: a comment at the gate saying the target is left out on
+    purpose (archaudit.patch_warnings) is shown as evidence with the verdict."""
+    if not any(e.feature.startswith("platform.") for e in f.evidence):
+        return
+    try:
+        words = patcher.patch(g, gpu).warnings
+    except Exception:  # noqa: BLE001 - the verdict stands without the comment
+        return
+    for w in words:
+        f.evidence.append(Evidence(g.path, g.line, "maintainer-comment", (), w))
+    if words:
+        f.reason += "; the maintainers' comment at the gate agrees"
 
 
 def _others(names: Iterable[str], gpu: str) -> str:

@@ -56,7 +56,9 @@ def test_multicast_evidence(found):
     assert [(e.path, e.line, e.feature, e.supported_on) for e in f.evidence] == [
         (MEM, 27, "platform.nvlink_multicast", ("sm_90", "sm_100", "sm_103")),  # cuMulticastCreate
         (MEM, 14, "platform.nvlink_multicast", ("sm_90", "sm_100", "sm_103")),  # the raise on the probe
+        (MODS, 7, "maintainer-comment", ()),  # the comment above the gate
     ]
+    assert '"RTX/consumer (SM12x) parts are intentionally excluded' in f.evidence[2].message
     assert "mcpkg.mc_ar.McWorkspace reaches it on every path (SymmMem.__init__ -> SymmMem._map -> " \
            "SymmMem._setup_multicast -> cuMulticastCreate)" in f.evidence[0].message
     assert f.patch is None
@@ -104,7 +106,10 @@ def test_mnnvl_allreduce_is_hardware_bound(request, reg, corpus, site, mcast, re
     assert [m.name for m in f.modules] == ["trtllm_mnnvl_comm"]
     ev = [(e.path, e.line, e.feature) for e in f.evidence]
     assert ev[0] == ("flashinfer/comm/mnnvl.py", mcast, "platform.nvlink_multicast")
-    assert ev[1:] == ([(*refusal, "platform.nvlink_multicast")] if refusal else [])
+    assert ev[1:-1] == ([(*refusal, "platform.nvlink_multicast")] if refusal else [])
+    # "Thor (SM11x) and RTX/consumer (SM12x) are intentionally excluded here."
+    assert ev[-1] == (*site.split(":")[:1], int(site.split(":")[1]), "maintainer-comment")
+    assert "RTX/consumer (SM12x) are intentionally excluded" in f.evidence[-1].message
     assert "MNNVLAllReduceFusionWorkspace" in f.reason
     assert f.patch is None
 
