@@ -12,7 +12,8 @@ sets the module up, never guessed from names:
    code has another way and ends the path (no need); an early `raise` on one is the code refusing
    to run without the feature (kept as evidence); a flag (`if self._enable_multicast:`) is
    followed to the call that binds it (a literal argument or the parameter's default); any other
-   test ends the path (not shown to be needed);
+   `if` test ends the path (not shown to be needed), while an early exit on a test that is no
+   probe (`if val is None: continue`) is not an alternative and leaves the path as it is;
 3. a function reached with nothing left open, in a Python file that builds the module (calls the
    generator and loads what it returns), whose module users name it, holds the need for the module.
 """
