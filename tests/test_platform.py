@@ -39,6 +39,7 @@ def test_fixture_verdicts(found):
         (MODS, 27, "sm_120"): "hardware-bound",  # big_smem: 128 KiB dynamic > 99 KiB
         (MODS, 32, "sm_120"): "hardware-bound",  # static_smem: 64 KiB static > 48 KiB on sm_120f
         (MODS, 37, "sm_120"): "software-only",  # fits_smem: 96 KiB dynamic, 32 KiB static
+        (MODS, 42, "sm_120"): "hardware-bound",  # constexpr_smem: constexpr 112 KiB dynamic
         ("mcpkg/fusion.py", 9, "sm_120"): "partial",  # uc or mc backend behind one gate
         (MODS, 7, "sm_89"): "hardware-bound",
         (MODS, 12, "sm_89"): "software-only",
@@ -47,6 +48,7 @@ def test_fixture_verdicts(found):
         (MODS, 27, "sm_89"): "hardware-bound",
         (MODS, 32, "sm_89"): "hardware-bound",
         (MODS, 37, "sm_89"): "software-only",
+        (MODS, 42, "sm_89"): "hardware-bound",
         ("mcpkg/fusion.py", 9, "sm_89"): "partial",
     }
 
@@ -77,6 +79,9 @@ def test_shared_memory_evidence(found):
     assert [(e.path, e.line, e.feature) for e in st.evidence] == [("mcpkg/data/csrc/static_smem.cu", 6, "smem.static")]
     assert st.modules[0].prediction == "fails"
     assert "sm_120a" in st.evidence[0].supported_on and "sm_120f" not in st.evidence[0].supported_on
+    cx = found[(MODS, 42, "sm_120")]
+    assert [(e.path, e.line, e.feature) for e in cx.evidence] == [("mcpkg/data/csrc/constexpr_smem.cu", 16, "trap-stub")]
+    assert "smem (114688 bytes requested, 101376 the most per block: cudaFuncSetAttribute(" in cx.evidence[0].message
 
 
 def _explain(root, reg, site, target="sm_120"):

@@ -631,6 +631,29 @@ def _supported_smem(kind: str, nbytes: int) -> list[str]:
     return [t.name for t in ruleset.all_compile_targets() if smem_limit(kind, t) >= nbytes]
 
 
+_IDENT = re.compile(r"\b[A-Za-z_]\w*\b")
+_INT_TYPE = r"(?:(?:static|const|inline)\s+)*(?:(?:unsigned|signed|long|short)\s+)*(?:int|int32_t|int64_t|uint32_t|uint64_t|size_t|long|unsigned|auto)?"
+
+
+def _size_value(pp: Preprocessor, data: bytes, expr: str, depth: int = 0) -> int | None:
+    """A shared-memory size: `expr` evaluated by the preprocessor, its identifiers that are no
+    macro replaced by the value of the file's integer `constexpr` of that name (each definition of
+    the name must give the same value); None when anything is left unknown."""
+    names = [n for n in dict.fromkeys(_IDENT.findall(expr)) if n not in pp.macros]
+    if not names:
+        return _eval_int(pp, expr)
+    if depth >= 6:
+        return None
+    text = data.decode("latin-1")
+    for n in names:
+        defs = re.findall(rf"\bconstexpr\s+{_INT_TYPE}\s*\b{re.escape(n)}\s*=\s*([^;{{}}]+);", text)
+        vals = {_size_value(pp, data, d, depth + 1) for d in defs}
+        if len(vals) != 1 or None in vals:
+            return None  # a run-time value, or a name defined with different values
+        expr = re.sub(rf"\b{re.escape(n)}\b", f"({vals.pop()})", expr)
+    return _eval_int(pp, expr)
+
+
 def _eval_int(pp: Preprocessor, expr: str) -> int | None:
     pp._taint = False
     toks = pp.expand(tokenize(expr))
@@ -742,7 +765,7 @@ def _judge(proj: CudaProject, relpath: str, target: CompileTarget, pr: PreprocRe
             st = states[sm.region]
             if st is False or not (is_reached(path, sm.top)):
                 continue
-            v = _eval_int(pp, sm.expr)
+            v = _size_value(pp, proj.read(path) or b"", sm.expr)
             if v is None:
                 continue
             nbytes = v * sm.elem_bytes
@@ -755,7 +778,8 @@ def _judge(proj: CudaProject, relpath: str, target: CompileTarget, pr: PreprocRe
                     res.blocking.append(fu)
                     if sm.kind == "dynamic":
                         # the build succeeds; the request fails when the kernel is configured
-                        res.stubs.append(StubSite(path, sm.line, "smem", fu.text, owner_name(ff, sm.top)))
+                        res.stubs.append(StubSite(path, sm.line, "smem", f"{nbytes} bytes requested, {limit} the most "
+                                                  f"per block: {sm.text}", owner_name(ff, sm.top)))
                 else:
                     maybe_blocking.append(fu)
         # kernels
