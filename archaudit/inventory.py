@@ -20,9 +20,12 @@ from .model import (BUILD_FLAGS, HARDWARE_BOUND, NVCC_FLAGS, PARTIAL, SOFTWARE_O
 from .targets import CompileTarget, Gpu, Registry
 
 ADMITTED = "admitted"
-# a sink whose sources or flags come from parameters is judged once per chain of calls binding them,
-# at most this many chains per sink and this many callers up
+# a sink whose sources or flags come from parameters is judged once per chain of calls binding them
+# (or value of a Literal parameter), at most MAX_VARIANTS per generator and MAX_SINK_RECORDS per
+# sink in all (flashinfer's FlashKDA: 17 wrappers x 3 targets over one generic generator), and this
+# many callers up
 MAX_VARIANTS = 64
+MAX_SINK_RECORDS = 256
 MAX_BINDING_DEPTH = 3
 
 
@@ -118,11 +121,11 @@ class Inventory:
                         else:
                             keep = True  # a caller passing its own parameter on: `fn` stays a generator
                 if keep or not narrowed:
-                    split = jit.literal_variants(jm.key, fn, calls, MAX_VARIANTS) if mod.source_choices > 1 else []
+                    split = jit.literal_variants(jm.key, fn, calls, MAX_VARIANTS)
                     done.extend((v, fn) for v in split or [mod])
                 nxt.extend(narrowed)
             frontier = nxt
-            if not frontier or len(done) + len(frontier) > MAX_VARIANTS:
+            if not frontier or len(done) + len(frontier) > MAX_SINK_RECORDS:
                 break
         done += [(mod, fn) for _calls, fn, mod in frontier]
         return done or [(jm, jm.function)]

@@ -25,6 +25,7 @@ from .callgraph import GateSite
 from .callgraph.dsl import DslCallRule, dsl_rule_for
 from .callgraph.graph import SearchBudgetExceeded
 from .platform import PlatformNeed, need_finder
+from .cuda.includes import IncludeRoot
 from .ruledata import load_rule
 from .targets import CompileTarget, Gpu, admits_of_nvcc_flags, registry
 
@@ -65,6 +66,13 @@ class ModuleRef:
     sink: tuple[str, int, int, str] | None = None  # the build call: path, line, column, function holding it
     # platform features (NVLink multicast ...) its Python setup needs on every path (archaudit.platform)
     platform_needs: list[PlatformNeed] = field(default_factory=list)
+    # files the generator writes beside the sources at build time: (name included, file of the scan)
+    include_aliases: list[tuple[str, str]] = field(default_factory=list)
+
+    def tu_roots(self) -> list:
+        """The include roots its TUs are analysed with: the generated files first, then its -I paths."""
+        return [IncludeRoot(path, False, "generated", name) for name, path in self.include_aliases] + \
+            list(self.include_roots)
 
 
 @dataclass
@@ -114,7 +122,7 @@ class TuCache:
             if ref.binary is not None or ref.unresolved:
                 continue
             for src in ref.sources:
-                key, args = self.request(src, ct, ref.include_roots, ref.defines)
+                key, args = self.request(src, ct, ref.tu_roots(), ref.defines)
                 if key not in self._got:
                     out[key] = args
         return out
@@ -172,7 +180,7 @@ def judge_module(ref: ModuleRef, ct: CompileTarget, tus: TuCache) -> ModuleJudge
     stub_kind: dict[str, str] = {}
     unknown: list[str] = []
     for src in ref.sources:
-        tu = tus.analyse(src, ct, ref.include_roots, ref.defines)
+        tu = tus.analyse(src, ct, ref.tu_roots(), ref.defines)
         for k in tu.kernels:
             status = {"empty": "empty-stub", "trap": "trap-stub"}.get(k.status, k.status)
             prev = status_of.get(k.name)
@@ -936,7 +944,8 @@ def module_refs(analysis, mods) -> dict[str, ModuleRef]:
                                   hard_flags=list(jm.hard_coded_archs) if jm.hard_coded_archs else None,
                                   notes=sorted(dict.fromkeys(notes)),
                                   sink=(jm.path, jm.line, int(jm.key.rsplit(":", 1)[1]), jm.function),
-                                  platform_needs=need_finder(analysis).needs_of(bm.module))
+                                  platform_needs=need_finder(analysis).needs_of(bm.module),
+                                  include_aliases=list(jm.include_aliases))
         elif ref.entry_points is not None:
             # reached along several paths: the union of what they call, unknown beats known
             ref.entry_points = None if entry is None else ref.entry_points | entry

@@ -21,7 +21,11 @@ def test_one_record_per_variant_bound_through_its_callers(result):
     got = sorted((m.generator[1], m.generator[2].rsplit(".", 1)[-1], m.name, sorted(m.build_admits),
                   m.verdicts["sm_120"]["verdict"]) for m in result.modules)
     assert got == [
+        # flagparams.py: the flags are a parameter the callers fill: one record per caller, with
+        # its architectures (an arch list += onto the caller's own list)
+        (10, "gen_fused_sm120_module", "fused_120", ["sm_120", "sm_121"], "admitted"),
         (12, "gen_portable_module", "var_portable", ["sm_100"], "software-only"),
+        (16, "gen_fused_sm100_module", "fused_100", ["sm_100", "sm_103", "sm_107"], "software-only"),
         (16, "gen_tcgen05_module", "var_tcgen05", ["sm_100"], "hardware-bound"),
         (24, "gen_hopper_module", "var_hopper", ["sm_100", "sm_90"], "hardware-bound"),
         # routes.py: the sources are picked from a table by Literal-annotated parameters: one
@@ -29,11 +33,32 @@ def test_one_record_per_variant_bound_through_its_callers(result):
         (28, "gen_stage_module", "stage_sm100a_gemm", ["sm_100"], "hardware-bound"),
         (28, "gen_stage_module", "stage_sm100a_quantize", ["sm_100"], "software-only"),
         (29, "gen_direct_module", "direct", ["sm_90"], "software-only"),
+        # kdalike.py: a generic generator over (variant, target) Literals whose target flags and
+        # define are keyword parameters of a shared builder; a wrapper fixing the variant is split
+        # per target with that target's flags only
+        (38, "gen_kind_variant_module", "kindvar_commit_sm100a", ["sm_100"], "hardware-bound"),
+        (38, "gen_kind_variant_module", "kindvar_commit_sm103a", ["sm_103"], "hardware-bound"),
+        (38, "gen_kind_variant_module", "kindvar_scale_sm100a", ["sm_100"], "software-only"),
+        (38, "gen_kind_variant_module", "kindvar_scale_sm103a", ["sm_103"], "software-only"),
+        # specs.py: sources read from a dataclass instance a helper builds in a loop and a lookup
+        # loop returns (one per role), and from a NamedTuple constant
+        (41, "gen_role_module", "role_commit", ["sm_100"], "hardware-bound"),
+        (41, "gen_role_module", "role_scale", ["sm_100"], "software-only"),
+        (48, "gen_kind_scale_module", "kindvar_scale_sm100a", ["sm_100"], "software-only"),
+        (48, "gen_kind_scale_module", "kindvar_scale_sm103a", ["sm_103"], "software-only"),
         # a caller passing its own parameter on keeps gen_variant_module a generator of both; a
         # caller fixing the variant generates one
         (52, "gen_variant_module", "variant_large", ["sm_100"], "hardware-bound"),
         (52, "gen_variant_module", "variant_small", ["sm_100"], "software-only"),
+        (55, "gen_pair_module", "pair_portable", ["sm_100"], "software-only"),
         (57, "gen_small_module", "variant_small", ["sm_100"], "software-only"),
+        # one define per target: each variant is judged with its own, never with both at once
+        # (onekind.cu's #error would fire on every target)
+        (68, "gen_kind_module", "kind_sm100a", ["sm_100"], "software-only"),
+        (68, "gen_kind_module", "kind_sm103a", ["sm_103"], "software-only"),
+        # the same through a helper taking the target and its define as parameters
+        (90, "gen_wrapped_kind_module", "wrapped_sm100a", ["sm_100"], "software-only"),
+        (90, "gen_wrapped_kind_module", "wrapped_sm103a", ["sm_103"], "software-only"),
     ]
 
 
@@ -41,6 +66,10 @@ def test_build_flag_gates_at_the_generators(result):
     got = sorted(((f.gate.path, f.gate.line), f.gate.kind, f.verdict, sorted({(e.path, e.line) for e in f.evidence}))
                  for f in result.findings)
     assert got == [
+        # `flags += get_nvcc_flags_list(supported_major_versions=[10])`, passed to a helper's build
+        (("varlib/jit/flagparams.py", 18), "arch-list", "software-only", []),
+        (("varlib/jit/kdalike.py", 38), "build-flags", "partial", [("varlib/data/csrc/tcgen05.cu", 2)]),
+        (("varlib/jit/kdalike.py", 48), "build-flags", "software-only", []),
         (("varlib/jit/modules.py", 12), "build-flags", "software-only", []),
         (("varlib/jit/modules.py", 16), "build-flags", "hardware-bound", [("varlib/data/csrc/tcgen05.cu", 2)]),
         (("varlib/jit/modules.py", 24), "build-flags", "hardware-bound", [("varlib/data/csrc/hopper.cu", 2)]),
@@ -51,6 +80,10 @@ def test_build_flag_gates_at_the_generators(result):
         (("varlib/jit/routes.py", 28), "build-flags", "partial", [("varlib/data/csrc/tcgen05.cu", 2)]),
         (("varlib/jit/routes.py", 52), "build-flags", "partial", [("varlib/data/csrc/tcgen05.cu", 2)]),
         (("varlib/jit/routes.py", 57), "build-flags", "software-only", []),
+        (("varlib/jit/specs.py", 41), "build-flags", "partial", [("varlib/data/csrc/tcgen05.cu", 2)]),
+        (("varlib/jit/specs.py", 57), "nvcc-flags", "software-only", []),
+        (("varlib/jit/specs.py", 68), "build-flags", "software-only", []),
+        (("varlib/jit/specs.py", 90), "build-flags", "software-only", []),
     ]
     g12 = next(f.gate for f in result.findings if f.gate.line == 12)
     p28 = next(f for f in result.findings if f.gate.path.endswith("routes.py") and f.gate.line == 28)

@@ -40,6 +40,12 @@ def test_rendered_templates_and_copies_are_their_files(mods):
                for n in ("umma_gemm", "portable_gemm", "backend_sm100", "backend_portable", "custom", "select", "instantiate"))
 
 
+def test_files_written_beside_the_sources_are_their_includes(mods):
+    m = mods["config_user"]
+    assert files(m) == [("resolved", CSRC + "config_user.cu")]
+    assert m.include_aliases == [("gen_config.inc", CSRC + "gen_config.jinja")]
+
+
 def test_only_writes_that_reach_the_sink(mods):
     # the sm_100 arm returns: its write (and its template binding) never precede the later sink
     assert files(mods["backend_sm100"]) == [("generated", CSRC + "umma_gemm.jinja")]
@@ -103,6 +109,8 @@ EXPECTED_SM120 = {
                                  "genlib/data/csrc/select.jinja:5 is under a condition that could not be decided"),
     ("genlib/jit/gemm.py", 90): ("hardware-bound", [("genlib/data/include/genlib/launcher.cuh", 15, "trap-stub")],
                                  "instantiate: every kernel the module reaches is a stub on sm_120f"),
+    # the config rendered beside the copied source is read from its template for the #include
+    ("genlib/jit/gemm.py", 110): ("software-only", [], "config_user: every source builds for sm_120f"),
     ("genlib/jit/gemm.py", 97): ("unresolved", [], "inline_scale: source {GENLIB_WORKSPACE}/generated/inline/scale.cu is "
                                  "generated at build time: written at genlib/jit/gemm.py:96"),
 }

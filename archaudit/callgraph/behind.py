@@ -233,8 +233,10 @@ class Behind:
             flag = self._flag_region(site, ctx, st, gate_link)
             if flag is not None:
                 out.append(flag)
-        elif st.k == "assign":
-            names = [t.f["id"] for t in st.f["targets"] if t.k == "name"]
+        elif st.k in ("assign", "augassign"):
+            # `flags = C` and `flags += C`: the name's later uses carry the gate's value
+            targets = st.f["targets"] if st.k == "assign" else [st.f["target"]]
+            names = [t.f["id"] for t in targets if t.k == "name"]
             flag = self._flag_region(site, ctx, st, gate_link)
             if flag is not None:
                 out.append(flag)

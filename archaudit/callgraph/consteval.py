@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from ..parsing.python_ir import N, dotted_name
 from ..safeio import MAX_JSON_DEPTH, json_depth_ok
-from .resolve import Ctx, Resolver, iter_stmts
+from .resolve import Ctx, Resolver, iter_stmts, walk_exprs
 
 MAX_DEPTH = 40  # expression nesting within one function
 MAX_FRAMES = 12  # calls of scanned functions nested in one evaluation
@@ -79,6 +79,28 @@ class FuncV:
 
 
 @dataclass(frozen=True)
+class ClassV:
+    qualname: str
+
+
+@dataclass(frozen=True, eq=False)
+class ObjV:
+    """An instance of a scanned dataclass or NamedTuple made with known arguments: its class and
+    its fields in declaration order (a field `__post_init__` may set is Unknown)."""
+
+    cls: str
+    fields: tuple  # ((name, value), ...)
+    truth: bool | None = True  # None where the class defines __bool__ or __len__
+    is_tuple: bool = False  # a NamedTuple: indexable and iterable as well
+
+    def field(self, name: str):
+        for k, v in self.fields:
+            if k == name:
+                return v
+        return None
+
+
+@dataclass(frozen=True)
 class Alt:
     """One of several values (a name bound differently on different paths)."""
 
@@ -96,6 +118,28 @@ class Some:
 # Unknown reasons that stand for an error the code raises at run time on that value: an option of
 # an Alt that raises is dropped (that path builds nothing)
 RAISES = frozenset({"missing-key", "index-error", "type-error", "value-error", "missing-file"})
+
+
+_NO_DEFAULT = Unknown("no-default")
+
+
+def _set_in_post_init(mctx, post: N) -> set | None:
+    """The field names a `__post_init__` sets (`object.__setattr__(self, "x", ..)`, `self.x = ..`);
+    None when it sets one whose name is not a constant."""
+    out: set = set()
+    for st in iter_stmts(post.f["body"]):
+        for e in walk_exprs([st]):
+            if e.k == "call" and _dotted(e.f["func"]).endswith("setattr"):
+                a = e.f["args"]  # setattr(self, "x", v) and object.__setattr__(self, "x", v)
+                name = a[1] if len(a) >= 2 else None
+                if name is None or name.k != "const" or not isinstance(name.f["value"], str):
+                    return None
+                out.add(name.f["value"])
+        if st.k in ("assign", "augassign"):
+            for t in (st.f["targets"] if st.k == "assign" else [st.f["target"]]):
+                if t.k == "attr" and t.f["value"].k == "name":
+                    out.add(t.f["attr"])
+    return out
 
 
 def _raises(v) -> bool:
@@ -122,6 +166,13 @@ class ConstEval:
         self._within: dict = {}  # (scope node id, name) -> index of the binding being evaluated
         self._frames = 0  # scanned functions being evaluated
         self._calls: dict = {}  # (function, arguments) -> its value
+        # (function, parameter) -> the one value a variant gives it (JitAnalysis.literal_variants):
+        # read wherever that parameter is, by the flag evaluation as well
+        self.fixed: dict = {}
+        # (function, parameter) -> (ctx, argument node, condition) along the call chain being
+        # evaluated (set by FlagEval.bound)
+        self.arg_nodes: dict = {}
+        self._shapes: dict = {}  # class -> its record shape (see _record_shape), or Unknown
         self._cut = 0  # results cut short (a limit, a cycle): what depends on them is not memoized
 
     # -------------------------------------------------------------- names
@@ -311,6 +362,8 @@ class ConstEval:
             return Unknown("external", f"{absmod}.{nm}")
         if k == "def":
             return FuncV(f"{ctx.mod.name}.{bd[1]}")
+        if k == "class":
+            return ClassV(f"{ctx.mod.name}.{bd[1]}")
         if k == "param":
             return self.param(ctx, bd)
         if k == "aug":
@@ -337,6 +390,16 @@ class ConstEval:
         """A parameter not bound to an argument: the values of its `Literal[...]` annotation (an
         alias of one included) when it has one, else Unknown."""
         _, pname, ann, _default, _self = bd
+        if (ctx.qualname, pname) in self.fixed:
+            return self.fixed[(ctx.qualname, pname)]
+        arg = self.arg_nodes.get((ctx.qualname, pname))
+        if arg is not None and arg[1] is not None and (ctx.qualname, pname) not in self._busy:
+            # bound to a caller's argument on the chain being evaluated (FlagEval.bound)
+            self._busy.add((ctx.qualname, pname))
+            try:
+                return self.eval(arg[0], arg[1], {}, 1)
+            finally:
+                self._busy.discard((ctx.qualname, pname))
         opts = self._literal(ctx.mod.name, ann, 0) if ann else None
         if opts:
             return alt(opts)
@@ -464,6 +527,8 @@ class ConstEval:
             return list(v.items)
         if isinstance(v, (list, tuple)):
             return list(v)
+        if isinstance(v, ObjV) and v.is_tuple:
+            return [x for _k, x in v.fields]
         if isinstance(v, dict):
             return list(v)
         if isinstance(v, _DictItems):
@@ -706,6 +771,10 @@ class ConstEval:
             return Unknown(base.reason, base.detail, base.pattern + "." + attr if base.pattern else "")
         if isinstance(base, Alt):
             return self._spread(lambda b: self._attr(ctx, b, attr, n, depth), base)
+        if isinstance(base, ObjV):
+            v = base.field(attr)
+            return v if v is not None or any(k == attr for k, _v in base.fields) else \
+                Unknown("unsupported-attribute", f"{base.cls}.{attr}")
         return Unknown("unsupported-attribute", _short(ctx, n))
 
     def _subscript(self, base, idx, ctx, n):
@@ -741,6 +810,11 @@ class ConstEval:
                 return alt(items) if items else Unknown("index-error", _short(ctx, n))
             if isinstance(idx, (str, float)) or idx is None:
                 return Unknown("type-error", _short(ctx, n))  # a list or str indexed by a str
+        if isinstance(base, ObjV) and base.is_tuple and isinstance(idx, int) and not isinstance(idx, bool):
+            try:
+                return base.fields[idx][1]
+            except IndexError:
+                return Unknown("index-error", _short(ctx, n))
         if isinstance(base, Unknown):
             return base
         if base is None or isinstance(base, (int, float, bool)):
@@ -817,6 +891,8 @@ class ConstEval:
                 target = self.global_(recv.name, m, depth + 1)
                 if isinstance(target, FuncV):
                     return self._call_func(target, n, args, kwargs, depth)
+                if isinstance(target, ClassV):
+                    return self._construct(target, n, args, kwargs, depth)
                 if isinstance(target, Unknown) and target.reason == "external":
                     dotted = target.detail
                     last = dotted.rsplit(".", 1)[-1]
@@ -827,6 +903,8 @@ class ConstEval:
             v = self.name(ctx, fn.f["id"], env, depth + 1)
             if isinstance(v, FuncV):
                 return self._call_func(v, n, args, kwargs, depth)
+            if isinstance(v, ClassV):
+                return self._construct(v, n, args, kwargs, depth)
             if isinstance(v, Unknown) and v.reason == "external":
                 dotted, last = v.detail, v.detail.rsplit(".", 1)[-1]
         if not dotted:
@@ -1034,7 +1112,8 @@ class ConstEval:
             return Unknown("depth-limit", f"{f.qualname}(): calls nested deeper than {MAX_FRAMES}")
         key = None
         try:
-            key = (f.qualname, tuple(_akey(a) for a in args), tuple(sorted((k, _akey(v)) for k, v in kwargs.items())))
+            key = (f.qualname, tuple(_akey(a) for a in args), tuple(sorted((k, _akey(v)) for k, v in kwargs.items())),
+                   tuple(sorted((k, _akey(v)) for k, v in self.fixed.items())))
             hash(key)
         except TypeError:
             key = None
@@ -1058,7 +1137,7 @@ class ConstEval:
             self._live_returns(c, c.node.f["body"], env, rets)
             if not rets:
                 return Unknown("no-return", f.qualname)
-            vals = [self.eval(c, r, env, 1) for r in rets]
+            vals = [self.eval(c, r, renv, 1) for r, renv in rets]
         finally:
             self._busy.discard(f.qualname)
             self._frames -= 1
@@ -1068,16 +1147,123 @@ class ConstEval:
         return v
 
 
+    def _construct(self, cls: ClassV, call: N, args: list, kwargs: dict, depth: int):
+        """`Spec(a, b=c)` of a scanned dataclass or NamedTuple: the instance with its fields bound
+        as the generated `__init__` binds them. Any other class (its own `__init__`, a base
+        outside the scan that may define one): Unknown."""
+        shape = self._record_shape(cls.qualname, 0)
+        if isinstance(shape, Unknown):
+            return shape
+        fields, is_tuple, truth, post_set = shape
+        init = [(name, default) for name, default, in_init in fields if in_init]
+        if len(args) > len(init):
+            return Unknown("type-error", f"{cls.qualname}(): too many arguments")
+        bound = dict(zip((name for name, _d in init), args))
+        for k, v in kwargs.items():
+            if k in bound or not any(name == k for name, _d in init):
+                return Unknown("type-error", f"{cls.qualname}(): argument {k}")
+            bound[k] = v
+        out = []
+        for name, default, _in_init in fields:
+            if name in post_set:
+                v = Unknown("post-init", f"{cls.qualname}.{name}")
+            elif name in bound:
+                v = bound[name]
+            elif default is _NO_DEFAULT:
+                return Unknown("type-error", f"{cls.qualname}(): missing {name}")
+            else:
+                v = default
+            out.append((name, v))
+        return ObjV(cls.qualname, tuple(out), truth, is_tuple)
+
+    def _record_shape(self, qualname: str, level: int):
+        """(fields [(name, default or _NO_DEFAULT, in __init__)], NamedTuple?, truth, names
+        `__post_init__` sets) of a scanned dataclass or NamedTuple class, inherited dataclass
+        fields first; Unknown for any other class."""
+        got = self._shapes.get(qualname)
+        if got is not None:
+            return got
+        c = self.r.ctx(qualname)
+        if c is None or c.kind != "class" or c.node is None or level > 8:
+            return Unknown("runtime-call", f"{qualname}()")
+        mctx = self.r.ctx(c.mod.name) or c
+        decorated = any(self._is_external(mctx, d.f["func"] if d.k == "call" else d, ("dataclasses.dataclass",))
+                        for d in c.node.f.get("decorators") or [])
+        inherited: list = []
+        is_tuple = False
+        for b in c.node.f["bases"]:
+            if self._is_external(mctx, b, ("typing.NamedTuple", "typing_extensions.NamedTuple")):
+                is_tuple = True
+                continue
+            bv = self.eval(mctx, b, {}, 1)
+            if isinstance(bv, ClassV) and decorated:
+                base = self._record_shape(bv.qualname, level + 1)
+                if isinstance(base, Unknown):
+                    return self._shapes.setdefault(qualname, base)
+                inherited = [f for f in inherited if f[0] not in {x[0] for x in base[0]}] + list(base[0])
+                continue
+            if not self._is_external(mctx, b, ("typing.Generic", "builtins.object")) and not (b.k == "name" and b.f["id"] == "object"):
+                return self._shapes.setdefault(qualname, Unknown("runtime-call", f"{qualname}(): base {_short(mctx, b)}"))
+        if not decorated and not is_tuple:
+            return self._shapes.setdefault(qualname, Unknown("runtime-call", f"{qualname}()"))
+        own, methods = [], {}
+        for st in c.node.f["body"]:
+            if st.k == "def":
+                methods[st.f["name"]] = st
+            elif st.k == "assign" and st.f["annotation"] is not None and len(st.f["targets"]) == 1 \
+                    and st.f["targets"][0].k == "name":
+                ann = _short(mctx, st.f["annotation"])
+                if "ClassVar" in ann or "InitVar" in ann:
+                    if "InitVar" in ann:
+                        return self._shapes.setdefault(qualname, Unknown("runtime-call", f"{qualname}(): InitVar"))
+                    continue
+                own.append(self._field(mctx, st.f["targets"][0].f["id"], st.f["value"]))
+        if "__init__" in methods or "__new__" in methods:
+            return self._shapes.setdefault(qualname, Unknown("runtime-call", f"{qualname}(): its own __init__"))
+        fields = [f for f in inherited if f[0] not in {x[0] for x in own}] + own
+        post = methods.get("__post_init__")
+        post_set = _set_in_post_init(mctx, post) if post is not None else set()
+        if post_set is None:
+            post_set = {name for name, _d, _i in fields}
+        truth = None if "__bool__" in methods or "__len__" in methods else (bool(fields) if is_tuple else True)
+        return self._shapes.setdefault(qualname, (fields, is_tuple, truth, post_set))
+
+    def _field(self, mctx: Ctx, name: str, value: N | None) -> tuple:
+        """(name, default or _NO_DEFAULT, in __init__) of one annotated class-body field."""
+        if value is None:
+            return (name, _NO_DEFAULT, True)
+        if value.k == "call" and self._is_external(mctx, value.f["func"], ("dataclasses.field",)):
+            kw = dict(value.f["kwargs"])
+            in_init = not (kw.get("init") is not None and kw["init"].k == "const" and kw["init"].f["value"] is False)
+            if "default" in kw:
+                return (name, self.eval(mctx, kw["default"], {}, 1), in_init)
+            if "default_factory" in kw:
+                fac = _short(mctx, kw["default_factory"])
+                made = {"list": [], "dict": {}, "tuple": (), "set": []}.get(fac)
+                return (name, made if made is not None else Unknown("runtime-call", f"{fac}()"), in_init)
+            return (name, _NO_DEFAULT, in_init)
+        return (name, self.eval(mctx, value, {}, 1), True)
+
+    def _is_external(self, mctx: Ctx, n: N, names: tuple) -> bool:
+        """Whether `n` names one of these (outside the scan) in the module: `dataclass` imported
+        from dataclasses, `typing.NamedTuple`, ..."""
+        if n.k not in ("name", "attr"):
+            return False
+        v = self.eval(mctx, n, {}, 1)
+        return isinstance(v, Unknown) and v.reason == "external" and v.detail in names
+
     def _live_returns(self, c: Ctx, body: list, env: dict, out: list) -> bool:
-        """The return expressions of `body` that can run with these arguments, into `out`: an `if`
-        whose test the arguments decide contributes only its taken branch (`if variant == "x":
-        return [...]` called with another variant), and nothing after a statement that always
+        """The return expressions of `body` that can run with these arguments, each with the
+        names bound where it runs, into `out`: an `if` whose test the arguments decide contributes
+        only its taken branch (`if variant == "x": return [...]` called with another variant), a
+        `for` over known items is walked once per item (`for spec in SPECS: if spec.role == role:
+        return spec` returns the matching items), and nothing runs after a statement that always
         returns or raises. True when `body` always leaves the function."""
         for st in body:
             k = st.k
             if k == "return":
                 if st.f["value"] is not None:
-                    out.append(st.f["value"])
+                    out.append((st.f["value"], env))
                 return True
             if k == "raise":
                 return True
@@ -1091,10 +1277,25 @@ class ConstEval:
                 continue
             if k in ("def", "class"):
                 continue
+            if k == "for" and self._loop_returns(c, st, env, out):
+                continue
             for sub in iter_stmts([st]):
                 if sub.k == "return" and sub.f["value"] is not None:
-                    out.append(sub.f["value"])
+                    out.append((sub.f["value"], env))
         return False
+
+    def _loop_returns(self, c: Ctx, st: N, env: dict, out: list) -> bool:
+        """The returns of a `for` loop's body once per item of a known iterable, with the loop
+        variables bound to it (and of its `else`); False when the items are not known."""
+        items = self._iterable(self.eval(c, st.f["iter"], env, 1))
+        if items is None or len(items) > MAX_ITEMS:
+            return False
+        for item in items:
+            e2 = dict(env)
+            assign_target(st.f["target"], item, e2)
+            self._live_returns(c, st.f["body"], e2, out)
+        self._live_returns(c, st.f["orelse"] or [], env, out)
+        return True
 
 
 class _Parents:
@@ -1188,8 +1389,10 @@ def _truth(v):
         return False if not v.items else None
     if isinstance(v, (_PLAIN, list, tuple, dict)):
         return bool(v)
-    if isinstance(v, (PathV, ModV, FuncV, _OpenFile)):
+    if isinstance(v, (PathV, ModV, FuncV, ClassV, _OpenFile)):
         return True
+    if isinstance(v, ObjV):
+        return v.truth
     return None
 
 
@@ -1209,6 +1412,11 @@ def _equal(a, b):
         return _all3(_equal(x, y) for x, y in zip(a, b))
     if isinstance(a, PathV) or isinstance(b, PathV):
         return a == b if isinstance(a, PathV) and isinstance(b, PathV) else None
+    if isinstance(a, ObjV) and isinstance(b, ObjV):
+        # a dataclass's __eq__ compares fields of the same class only
+        return _all3(_equal(x, y) for (_k, x), (_k2, y) in zip(a.fields, b.fields)) if a.cls == b.cls else False
+    if isinstance(a, ObjV) and not a.is_tuple and _plain(b) or isinstance(b, ObjV) and not b.is_tuple and _plain(a):
+        return False
     if _plain(a) and _plain(b):
         return a == b
     if isinstance(a, (dict, list, tuple)) and _plain(b) or isinstance(b, (dict, list, tuple)) and _plain(a):

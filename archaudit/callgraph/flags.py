@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 
 from ..parsing.python_ir import N, dotted_name
-from .consteval import (Alt, ConstEval, FuncV, ModV, PathV, Some, Unknown, assign_target, flatten_values,
+from .consteval import (RAISES, Alt, ConstEval, FuncV, ModV, PathV, Some, Unknown, assign_target, flatten_values,
                         stmts_with_loops, unstar)
 from .resolve import Ctx, Resolver, iter_stmts
 
@@ -45,6 +45,16 @@ class FlagEval:
         self._conds: dict[int, dict[int, tuple[str, ...]]] = {}  # id(body) -> id(node) -> conditions
         # parameters bound to the arguments of one call site: (function, param) -> (ctx, node, condition)
         self.bound: dict[tuple[str, str], tuple[Ctx, N | None, tuple]] = {}
+
+    @property
+    def bound(self) -> dict:
+        return self.ce.arg_nodes
+
+    @bound.setter
+    def bound(self, value: dict) -> None:
+        # shared with ConstEval: a bound parameter reads as its argument in either evaluation
+        # (`_NVCC_FLAGS[target]` with target passed down from a caller)
+        self.ce.arg_nodes = value
 
     # ------------------------------------------------------------------ list of flags
     def flags(self, ctx: Ctx, n: N) -> list[Flag]:
@@ -177,6 +187,8 @@ class FlagEval:
         if isinstance(v, (list, tuple)):
             out = []
             for x in flatten_values(v):
+                if isinstance(x, Unknown) and x.reason in RAISES and cond:
+                    continue
                 if isinstance(x, Unknown):
                     out.append(Flag(x.pattern or "{" + _text(ctx, n) + "}", "unknown", _cond(cond), ctx.mod.path, n.line, str(x)))
                 else:
@@ -184,6 +196,10 @@ class FlagEval:
             return out
         if v is None:
             return []  # `extra_cuda_cflags=None`, or a placeholder rebound elsewhere
+        if isinstance(v, Unknown) and v.reason in RAISES and cond:
+            # passed only under a condition, and raising where it is computed (`if variant in
+            # DEFINES: flags.append(DEFINES[variant])` for a variant without one): not passed
+            return []
         if isinstance(v, Unknown):
             return [Flag(v.pattern or "{" + _text(ctx, n) + "}", "unknown", _cond(cond), ctx.mod.path, n.line, str(v))]
         return [Flag("{" + _text(ctx, n) + "}", "unknown", _cond(cond), ctx.mod.path, n.line, f"not a flag ({type(v).__name__})")]

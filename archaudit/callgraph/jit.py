@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import posixpath
 import re
 from dataclasses import dataclass, field
 
@@ -86,6 +87,9 @@ class JitModule:
     # how many different source lists the sources argument may be (an Alt of lists: a table entry
     # picked by an argument); 1 when it is one list
     source_choices: int = 1
+    # files written beside its generated sources that are included, not compiled (a rendered
+    # config.inc): (file name, the file of the scan it is rendered or copied from)
+    include_aliases: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def conditional_flags(self) -> dict[str, str]:
@@ -200,9 +204,10 @@ class JitModel:
         """The module of sink `key`, bound along `calls` (see module_via) up to function `fn`, once
         per value of the `Literal[...]`-annotated parameters of `fn`, when its sources are one of
         several lists (`record = MODULES[ROUTES[f"{target}:{stage}"]]` with `stage: Literal[...]`):
-        each variant's name, sources and flags then go together. A value whose evaluation fails (a
-        key missing from the table) builds nothing and is left out. [] when the sources do not
-        differ, or there are more than `limit` combinations."""
+        each variant's name, sources and flags then go together (`_TARGET_DEFINE[target]`: one
+        define per variant, never all of them at once). A value whose evaluation fails (a key
+        missing from the table) builds nothing and is left out. [] when neither the sources nor
+        the flags differ, or there are more than `limit` combinations."""
         options = self.literal_params(self.r.ctx(fn))
         if not options or math.prod(len(opts) for _name, opts in options) > limit:
             return []
@@ -210,18 +215,32 @@ class JitModel:
         out: list[JitModule] = []
         seen: set = set()
         file_sets: set = set()
-        for combo in itertools.product(*(opts for _name, opts in options)):
-            env = dict(zip((n for n, _o in options), combo))
-            v = self.module_via(key, calls, env) if calls else self._analyse(site, env) if site else None
-            if v is None or not v.sources or any(k.startswith("sources-") and k[8:] in RAISES for k, _r in v.unresolved):
-                continue
-            v.source_choices = 1
-            files = tuple(s.path or s.text for s in v.sources)
-            if (v.name, files, tuple(v.cuda_cflags or ())) not in seen:
-                seen.add((v.name, files, tuple(v.cuda_cflags or ())))
-                out.append(v)
-                file_sets.add(files)
-        return out if len(file_sets) > 1 else []
+        flag_sets: set = set()
+        saved = self.ce.fixed
+        try:
+            for combo in itertools.product(*(opts for _name, opts in options)):
+                env = dict(zip((n for n, _o in options), combo))
+                self.ce.fixed = {**saved, **{(fn, n): v for n, v in env.items()}}
+                self._one_variant(key, calls, env, site, out, seen, file_sets, flag_sets)
+        finally:
+            self.ce.fixed = saved
+        return out if len(file_sets) > 1 or len(flag_sets) > 1 else []
+
+    def _one_variant(self, key: str, calls: list, env: dict, site, out: list, seen: set, file_sets: set,
+                     flag_sets: set) -> None:
+        """literal_variants' module for one combination of values, added to `out` when it builds
+        something and is not a repeat."""
+        v = self.module_via(key, calls, env) if calls else self._analyse(site, env) if site else None
+        if v is None or not v.sources or any(k.startswith("sources-") and k[8:] in RAISES for k, _r in v.unresolved):
+            return
+        v.source_choices = 1
+        files = tuple(s.path or s.text for s in v.sources)
+        flags = tuple(v.cuda_cflags or ())
+        if (v.name, files, flags) not in seen:
+            seen.add((v.name, files, flags))
+            out.append(v)
+            file_sets.add(files)
+            flag_sets.add(flags)
 
     def _analyse(self, site: SinkSite, env: dict | None = None) -> JitModule:
         ctx, call, rule = site.ctx, site.call, site.rule
@@ -258,6 +277,7 @@ class JitModel:
         if not srcs and not inline:
             m.unresolved.append(("sources-none", "no source list in the call (not an nvcc build from files)"))
         templates = written = None
+        dest_dirs: set[str] = set()
         for n in srcs:
             v = self.ce.eval(ctx, n, env)
             if isinstance(v, Unknown):
@@ -272,6 +292,7 @@ class JitModel:
                     got = _written_from(sf, item, written)
                     if got:
                         m.sources.extend(got)
+                        dest_dirs.update(posixpath.dirname(k) for k in text_keys(item))
                         continue
                 if sf.status == "unresolved":
                     if templates is None:
@@ -280,6 +301,8 @@ class JitModel:
                         sf = SourceFile(sf.text, "generated", reason=f"rendered at run time ({sf.reason}); no write of "
                                         f"this path found before the build call", templates=templates)
                 m.sources.append(sf)
+        if dest_dirs:
+            m.include_aliases = _generated_includes(written, dest_dirs, {k for sf in m.sources for k in [sf.text]})
         # `_source_dir()` returning an installed or a checkout directory: a candidate that does not
         # exist is not a missing source when the same file resolves through another candidate
         found = {sf.path.rsplit("/", 1)[-1] for sf in m.sources if sf.status == "resolved"}
@@ -319,14 +342,18 @@ class JitModel:
         """cuda_cflags, defines, hard-coded archs and include paths of one sink call."""
         ctx, call = site.ctx, site.call
         if rule.cuda_flags:
-            items: list[Flag] = []
-            for n in self._arg(call, rule.cuda_flags):
-                items += self.fe.flags(ctx, n)
+            items = self._bound_flags(ctx, self._arg(call, rule.cuda_flags), env)
+            if items is None:
+                items = []
+                for n in self._arg(call, rule.cuda_flags):
+                    items += self.fe.flags(ctx, n)
             m.flag_items = items
             m.cuda_cflags = [f.text for f in items]
-            shared: list[Flag] = []
-            for n in self._arg(call, rule.shared_flags):
-                shared += self.fe.flags(ctx, n)
+            shared = self._bound_flags(ctx, self._arg(call, rule.shared_flags), env)
+            if shared is None:
+                shared = []
+                for n in self._arg(call, rule.shared_flags):
+                    shared += self.fe.flags(ctx, n)
             valued = unknown_defines(f.text for f in items + shared if f.kind == "unknown")
             arch_unknown = False
             for f in items + shared:
@@ -357,6 +384,22 @@ class JitModel:
                         m.include_paths.append(d)
                 else:
                     m.unresolved.append(("include-path", why))
+
+    def _bound_flags(self, ctx: Ctx, nodes: list[N], env: dict | None) -> list[Flag] | None:
+        """The flags of one variant (parameters bound by its callers or one value of a Literal):
+        the arguments' values when each is a constant list of strings with those bindings
+        (`[*_NVCC_FLAGS[target], _TARGET_DEFINE[target]]` for target="sm100a" gives that target's
+        flags only); None otherwise, and FlagEval reads the arguments for every binding."""
+        if not env or not nodes:
+            return None
+        out: list[Flag] = []
+        for n in nodes:
+            v = self.ce.eval(ctx, n, env)
+            v = [v] if isinstance(v, str) else v
+            if not isinstance(v, (list, tuple)) or not all(isinstance(x, str) for x in v):
+                return None
+            out += [Flag(x, path=ctx.mod.path, line=n.line) for x in v]
+        return out
 
     def flags_via(self, m: JitModule, path: str, line: int) -> JitModule | None:
         """`m` with the flags that come from parameters of its function bound to the arguments of
@@ -569,6 +612,10 @@ class JitModel:
                     mctx = self.r.ctx(bd[1])
                     if mctx is not None:
                         self._flags_name(mctx, bd[2], out, depth + 1, seen, global_only=True)
+            elif bd[0] == "param" and (c.qualname, name) in self.fe.bound and self.fe.bound[(c.qualname, name)][1] is not None:
+                # bound along a caller's chain (module_via / flags_via): the caller's argument
+                actx, arg, _why = self.fe.bound[(c.qualname, name)]
+                self._flags(actx, arg, out, depth + 1, seen)
             elif bd[0] == "param":
                 out.append(FlagSource("unresolved", c.mod.path, c.node.line if c.node is not None else 0,
                                       f"parameter {name}", how="flags come from a parameter"))
@@ -646,6 +693,21 @@ def _written_from(sf: SourceFile, item, written: dict) -> list[SourceFile]:
             suffix = "." + name.rsplit(".", 1)[1] if "." in name and "}" not in name.rsplit(".", 1)[1] else o.suffix
             out.append(SourceFile(sf.text, "generated", o.path, reason=f"rendered there at build time ({o.where})",
                                   templates=(o.path,), suffix=suffix))
+    return out
+
+
+def _generated_includes(written: dict, dest_dirs: set[str], source_keys: set[str]) -> list[tuple[str, str]]:
+    """The files written into the directories the sources are written to that are not sources
+    themselves (`gen_dir / "config.inc"` beside `gen_dir / "kernel.cu"`): (name, origin) when
+    what is written there is one file of the scan, rendered or copied."""
+    out = []
+    for key, origins in sorted(written.items()):
+        name = posixpath.basename(key)
+        if posixpath.dirname(key) not in dest_dirs or key in source_keys or not name or "{" in name:
+            continue
+        paths = {o.path for o in origins}
+        if len(paths) == 1 and all(o.how in ("rendered", "copied") and o.path for o in origins):
+            out.append((name, paths.pop()))
     return out
 
 

@@ -28,7 +28,10 @@ class Reader(Protocol):
 class IncludeRoot:
     path: str  # POSIX, relative to the scan root ("" is the scan root itself)
     vendored: bool = False  # a bundled third-party project (CUTLASS, CCCL, spdlog ...)
-    origin: str = ""  # how it was found: "cli", "jit-env", "layout", "suffix", "file-dir"
+    origin: str = ""  # how it was found: "cli", "jit-env", "layout", "suffix", "file-dir", "generated"
+    # a file a JIT generator writes beside the module's sources at build time (`config.inc`): the
+    # quoted include `alias` reads `path`, the file of the scan it is rendered or copied from
+    alias: str = ""
 
     def __str__(self) -> str:
         return self.path or "."
@@ -116,7 +119,7 @@ class IncludeResolver:
 
     def _set_cache(self) -> None:
         self._cache: dict[tuple, Resolution] = self._shared["caches"].setdefault(
-            tuple((r.path, r.vendored, r.origin) for r in self.roots), {})
+            tuple((r.path, r.vendored, r.origin, r.alias) for r in self.roots), {})
 
     def with_extra_roots(self, extra: Iterable["IncludeRoot | str"]) -> "IncludeResolver":
         """A resolver that searches `extra` first (a JIT module's extra include paths), then this
@@ -156,12 +159,15 @@ class IncludeResolver:
         if spelled.startswith("/"):
             return Resolution(spelled, angled, None, "absolute")
         if not angled and after_root is None:
+            for i, root in enumerate(self.roots):
+                if root.alias and root.alias == spelled:
+                    return Resolution(spelled, angled, root.path, "file", i)
             cand = join(posixpath.dirname(includer), spelled)
             if not cand.startswith("..") and self.reader.exists(cand):
                 return Resolution(spelled, angled, cand, "file")
         start = 0 if after_root is None else after_root + 1
         for i in range(start, len(self.roots)):
-            if not self._applies(self.roots[i], includer):
+            if self.roots[i].alias or not self._applies(self.roots[i], includer):
                 continue
             cand = join(self.roots[i].path, spelled)
             if not cand.startswith("..") and self.reader.exists(cand):
