@@ -22,6 +22,8 @@ CORPORA: dict[str, list[str]] = {
     # the performance benchmark's scaling curve: one package, two, three (vllm: the large case)
     "fi072only": ["flashinfer-python==0.7.2.post1"],
     "fi072vllm": ["flashinfer-python==0.7.2.post1", "sglang==0.5.23", "vllm==0.33.0"],
+    # vllm's prebuilt extensions (torch.ops._C and friends) beside the flashinfer it calls (issue 23)
+    "vllm033": ["flashinfer-python==0.7.2.post1", "vllm==0.33.0"],
 }
 # pairs of single wheels compared by `archaudit diff` (tests/test_diff.py): adjacent releases where
 # flashinfer/jit/comm.py's gen_trtllm_comm_module goes from supported_major_versions=[9, 10] to
