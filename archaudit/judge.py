@@ -151,6 +151,13 @@ def judge_module(ref: ModuleRef, ct: CompileTarget, tus: TuCache) -> ModuleJudge
     """One JIT module for one compile target: its prediction, kernels and entry points."""
     mv = ModuleVerdict(ref.name, list(ref.sources), ct.name, "builds")
     out = ModuleJudgement(mv, [], {})
+    if ref.binary is not None and "op" in ref.binary:
+        # lazy: a cache hit imports no analysis
+        from .binary.torchops import prediction
+
+        v = ref.binary["index"].judge(*ref.binary["op"], ct.gpu_name)
+        mv.prediction, mv.reason = prediction(v), v.reason
+        return out
     if ref.binary is not None:
         # lazy: a cache hit imports no analysis
         from .binary.sinks import module_binary
@@ -286,9 +293,12 @@ def classify(gate: Gate, gpu: Gpu, ct: CompileTarget, behind: Behind, tus: TuCac
         f.chain.extend(ref.chain)
         if mv.prediction == "binary":
             verdicts.append(BINARY_ONLY)
-            reasons.append(mv.reason)
-            sink = ref.binary["sink"]
-            f.evidence.append(Evidence(sink.path, sink.line, "prebuilt-code", tuple(sink.archs or ()), mv.reason))
+            reasons.append(f"{ref.name}: {mv.reason}" if ref.binary and "op" in ref.binary else mv.reason)
+            sink = ref.binary.get("sink")
+            if sink is not None:
+                f.evidence.append(Evidence(sink.path, sink.line, "prebuilt-code", tuple(sink.archs or ()), mv.reason))
+            else:
+                f.evidence.extend(Evidence(p, 1, "prebuilt-code", (), mv.reason) for p in ref.sources)
         elif mv.prediction == "unknown":
             verdicts.append(UNRESOLVED)
             reasons.append(f"{ref.name}: {mv.reason}")
@@ -785,9 +795,9 @@ def behind_from_callgraph(analysis) -> BehindFn:
         except RecursionError:
             return Behind([], reason="the call graph search went too deep")
         mods = [bm for bm in mods if _admitted_arm(gate, bm.arm)]
-        outside = list({x.callee: (x.callee, x.chain) for x in calls_out
-                        if _admitted_arm(gate, x.arm) and holds_gpu_code(x.callee)}.values())
-        dsl_calls = _dsl_calls(analysis, gate, [x for x in calls_out if _admitted_arm(gate, x.arm)])
+        ext_refs, calls_out = _torch_op_refs(analysis, [x for x in calls_out if _admitted_arm(gate, x.arm)])
+        outside = list({x.callee: (x.callee, x.chain) for x in calls_out if holds_gpu_code(x.callee)}.values())
+        dsl_calls = _dsl_calls(analysis, gate, calls_out)
         new_skips = sorted(analysis.graph.skip_log)
         analysis.graph.skip_log = None
         # `if C: return "mnnvl"` in a resolver: its callers' branches were followed, but not which
@@ -815,7 +825,7 @@ def behind_from_callgraph(analysis) -> BehindFn:
         ambiguous: list[str] = []
         if not mods:
             mods, ambiguous = _through_config_keys(analysis, gate)
-        if not mods and not _binary_sinks_in(analysis, {gate.function}):
+        if not mods and not ext_refs and not _binary_sinks_in(analysis, {gate.function}):
             why = "no JIT module is reached from the region this gate guards"
             if ambiguous:
                 why += "; " + "; ".join(ambiguous)
@@ -831,6 +841,7 @@ def behind_from_callgraph(analysis) -> BehindFn:
                 why += f"; not shown free of GPU code: {conf.reason}"
             return Behind([], reason=why, outside=outside)
         refs = module_refs(analysis, mods)
+        refs.update(ext_refs)
         # prebuilt code loaded on the way (cubins fetched at run time, downloaded .so files):
         # looked for in the gate's function, every function on a chain and each module's builder
         funcs = {gate.function} | {x.text for bm in mods for x in bm.chain if x.kind == "call"}
@@ -1037,6 +1048,41 @@ def _admitted_arm(gate: Gate, arm: str) -> bool:
     if arm == "after-exit" and gate.region == "branch":
         return False
     return True
+
+
+def _extension_index(analysis):
+    """The scan's prebuilt extensions (binary/torchops.py), read on first use."""
+    idx = analysis.__dict__.get("_extensions")
+    if idx is None:
+        # lazy: a cache hit imports no analysis
+        from .binary.torchops import ExtensionIndex
+
+        idx = analysis.__dict__["_extensions"] = ExtensionIndex(analysis.source)
+    return idx
+
+
+def _torch_op_refs(analysis, calls_out) -> tuple[dict[str, ModuleRef], list]:
+    """`torch.ops.<ns>.<op>` calls on the guarded path whose namespace a shared object of the scan
+    registers: a ModuleRef each, judged through that binary; an op its build does not define is
+    no code of this build and is dropped. The other calls are returned as they were."""
+    # lazy: a cache hit imports no analysis
+    from .binary.torchops import torch_op
+
+    refs: dict[str, ModuleRef] = {}
+    rest = []
+    for x in calls_out:
+        op = torch_op(x.callee)
+        if op is None or not _extension_index(analysis).registers(op[0]):
+            rest.append(x)
+            continue
+        idx = _extension_index(analysis)
+        if not idx.defines(*op):
+            continue
+        name = f"torch.ops.{op[0]}.{op[1]}"
+        paths = idx.paths(op[0])
+        refs.setdefault(f"torch-op:{name}", ModuleRef(name, list(paths), list(x.chain) + [
+            Link("binary", paths[0], 1, name, "torch-op-namespace")], binary={"op": op, "index": idx}))
+    return refs, rest
 
 
 def _binary_sinks_in(analysis, functions: set[str]) -> list:

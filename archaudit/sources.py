@@ -41,6 +41,9 @@ MAX_PYTHON_TOKENS = 1_000_000
 # Function definitions in one .py file: finding and judging gates costs per function, so a file
 # with more is skipped before it is parsed. 10x the most in flashinfer and sglang (408).
 MAX_PYTHON_DEFS = 4_096
+# A prebuilt extension (.so) is read only for its section and symbol tables and fatbin headers
+# (binary/extension.py), and only when a torch.ops call asks for it; vllm 0.33's largest is 308 MB.
+MAX_SHARED_OBJECT_BYTES = 512 * 1024 * 1024
 # A wheel member may not claim to inflate beyond this (zip bombs); the file limit applies too.
 MAX_WHEEL_MEMBER_BYTES = 64 * 1024 * 1024
 # Inflated bytes read from one wheel in total (many small bombs); flashinfer's wheel is ~500 MB.
@@ -62,7 +65,10 @@ class Distribution:
 
 
 def size_limit(rel: str) -> int:
-    return MAX_PYTHON_BYTES if rel.endswith(PY_EXT) else MAX_FILE_BYTES
+    if rel.endswith(PY_EXT):
+        return MAX_PYTHON_BYTES
+    name = rel.rsplit("/", 1)[-1]
+    return MAX_SHARED_OBJECT_BYTES if name.endswith(".so") or ".so." in name else MAX_FILE_BYTES
 
 
 class SourceError(Exception):

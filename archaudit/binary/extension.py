@@ -146,8 +146,8 @@ def _namespace(name: str) -> str | None:
     if not m:
         return None
     ns = m.group(2)
-    # FRAGMENT (and every STABLE_ form) appends _<uid>; TORCH_LIBRARY_init_<ns> has none
-    if m.group(1) or name.lstrip("_ZL0123456789").startswith("STABLE_"):
+    # a FRAGMENT's function name ends in _<uid>; TORCH_LIBRARY_init_<ns>'s does not
+    if m.group(1):
         ns = re.sub(r"_\d+$", "", ns)
     return ns or None
 
@@ -166,11 +166,18 @@ def _container_archs(buf: bytes, secs: list[_Sec], wrapper: int) -> tuple[BinArc
     return tuple(read_binary(buf[coff:coff + hsize + fsize]).archs)
 
 
+def _stub_name(name: str) -> str:
+    """`_ZL<n>__device_stub__<kernel>` or `_Z<n>__device_stub__<kernel>...` (a static or an extern
+    kernel's stub) -> `__device_stub__<kernel>`; "" for anything else."""
+    m = _STUB_FUNC.match(name)
+    return name[m.end():m.end() + int(m.group(1))] if m else ""
+
+
 def _stub_of(name: str, typ: int) -> str | None:
-    """The kernel a stub function (`_ZL<n>__device_stub__<kernel>`) or its registered handle
-    (`_ZZL<n>__device_stub__<kernel>...E8__handle`, kept when the stub was inlined) names."""
+    """The kernel a stub function or its registered handle (`_ZZ[L]<n>__device_stub__<kernel>
+    ...E8__handle`, kept when the stub was inlined) names."""
     if typ == STT_FUNC and "." not in name:
-        stub = _local_name(name)
+        stub = _stub_name(name)
     elif typ == 1 and name.endswith("E8__handle"):  # 1 = STT_OBJECT
         m = _HANDLE.match(name)
         stub = name[m.end():m.end() + int(m.group(1))] if m else ""
@@ -194,8 +201,9 @@ def _units(buf: bytes, secs: list[_Sec], syms) -> tuple[list[Unit], dict[str, in
     for fname, members in groups:
         wrapper = next((v for n, v, _sz, _t, _b in members if _local_name(n) == "__fatDeviceText"), None)
         found = [(k, n, v, t) for n, v, _sz, t, _b in members if (k := _stub_of(n, t))]
-        if wrapper is None and not found:
-            continue
+        if wrapper is None or not found:
+            continue  # no device code of its own (host code, nvlink's link.stub); stubs outside
+            # their file's group are found by their kernel's name
         kernels = tuple(sorted({k for k, *_ in found}))
         m = _UNIT.match(fname)
         idx = len(units)
@@ -203,9 +211,7 @@ def _units(buf: bytes, secs: list[_Sec], syms) -> tuple[list[Unit], dict[str, in
                           _container_archs(buf, secs, wrapper) if wrapper is not None else (), kernels))
         for k, n, v, t in found:
             kernel_unit.setdefault(k, idx)
-            if t == STT_FUNC:
-                kernel_unit.setdefault(_local_name(n), idx)
-            else:
+            if t != STT_FUNC:
                 handles[v] = k
     return units, kernel_unit, handles
 
@@ -241,7 +247,8 @@ def read_extension(path: str, data: bytes) -> Extension:
     return ext
 
 
-_HANDLE = re.compile(r"^_ZZL(\d+)")
+_HANDLE = re.compile(r"^_ZZL?(\d+)")
+_STUB_FUNC = re.compile(r"^_ZL?(\d+)(?=__device_stub_)")
 
 
 def _plt_targets(buf: bytes, secs: list[_Sec], funcs) -> dict[int, int]:
@@ -316,10 +323,10 @@ def op_reach(ext: Extension, op: str) -> OpReach:
         if len(seen) > MAX_REACH:
             return OpReach([ext.funcs[i][2] for i in entries], kernels, False)
         addr, size, name = ext.funcs[todo.pop()]
-        unit = ext.kernel_unit.get(_local_name(name))
-        if unit is not None:
-            kernels[_local_name(name)] = unit
-            continue  # a kernel's host stub: the launch itself
+        kernel = name if name in ext.kernel_unit else _stub_of(name, STT_FUNC)
+        if kernel in ext.kernel_unit:
+            kernels[kernel] = ext.kernel_unit[kernel]
+            continue  # a kernel's host function or stub: the launch itself
         if not lo <= addr < hi:
             continue
         body = ext.text[addr - lo:addr - lo + size]
@@ -368,16 +375,16 @@ def _describe_units(ext: Extension, idxs, gpu: str, limit: int = 4) -> str:
 
 def judge_op(ext: Extension, ns: str, op: str, gpu: str) -> OpVerdict:
     """Can `gpu` run what torch.ops.<ns>.<op> launches, as far as this extension's bytes say."""
-    full = f"torch.ops.{ns}.{op} ({ext.path}, registered by {ext.namespaces.get(ns, 'its file name')})"
+    full = f"registered by {ext.path} ({ext.namespaces.get(ns, 'its file name')})"
     if ext.defines_op(op) is False:
-        return OpVerdict(ABSENT, f"{full}: no schema `{op}(` in the file: not an op of this build")
+        return OpVerdict(ABSENT, f"{full}, which has no schema `{op}(`: not an op of this build")
     reach = op_reach(ext, op) if ext.has_symbols else OpReach([], {}, True)
     if reach.kernels and reach.complete:
         units = sorted(set(reach.kernels.values()))
         how = {i: _runs(ext.units[i].archs, gpu) for i in units}
         ok = [i for i in units if how[i][0] != NO]
         bad = [i for i in units if how[i][0] == NO]
-        via = (f"{full} launches {len(reach.kernels)} kernel(s) of {len(units)} translation unit(s), found through "
+        via = (f"{full}; launches {len(reach.kernels)} kernel(s) of {len(units)} translation unit(s), found through "
                f"direct calls from {', '.join(sorted(set(map(_short, reach.entries)))[:3])} (calls through pointers are not followed)")
         names = [i for i in units if not ext.units[i].archs]
         if names:
@@ -390,33 +397,33 @@ def judge_op(ext: Extension, ns: str, op: str, gpu: str) -> OpVerdict:
         return OpVerdict(MIXED, f"{via}: some have code for {gpu} ({_describe_units(ext, ok, gpu)}), others not "
                                 f"({_describe_units(ext, bad, gpu)}); which of them run is decided in the binary at run time",
                          _names(ext, units))
-    return _whole_binary(ext, full, gpu, reach)
+    return _whole_binary(ext, full, op, gpu, reach)
 
 
-def _whole_binary(ext: Extension, full: str, gpu: str, reach: OpReach) -> OpVerdict:
+def _whole_binary(ext: Extension, full: str, op: str, gpu: str, reach: OpReach) -> OpVerdict:
     """No kernel launch found for the op: the binary as a whole."""
     why = ("the file has no symbol table, so which kernels the op launches is not known" if not ext.has_symbols else
            "the kernel search from its functions stopped at its budget" if not reach.complete else
            f"no kernel launch was found from its function(s) {', '.join(sorted(set(map(_short, reach.entries)))[:3])}"
-           if reach.entries else f"no function named {full.split(' ', 1)[0].rsplit('.', 1)[1]} was found in its symbols")
+           if reach.entries else f"no function named {op} was found in its symbols")
     units = [i for i, u in enumerate(ext.units) if u.archs]
     if not ext.archs:
-        return OpVerdict(SASS, f"{full}: {why}; the file has no device code at all (host code only)")
+        return OpVerdict(SASS, f"{full}; {why}; the file has no device code at all (host code only)")
     if units and ext.has_symbols:
         how = {i: _runs(ext.units[i].archs, gpu)[0] for i in units}
         bad = [i for i in units if how[i] == NO]
         if not bad and len(units) == sum(1 for u in ext.units if u.archs or u.kernels):
-            return OpVerdict(SASS, f"{full}: {why}; every one of the file's {len(units)} translation units with device "
+            return OpVerdict(SASS, f"{full}; {why}; every one of the file's {len(units)} translation units with device "
                                    f"code has code for {gpu}", _names(ext, units))
         if len(bad) == len(units):
-            return OpVerdict(NO, f"{full}: {why}; none of the file's {len(units)} translation units with device code "
+            return OpVerdict(NO, f"{full}; {why}; none of the file's {len(units)} translation units with device code "
                                  f"has code for {gpu}", _names(ext, units))
-        return OpVerdict(UNKNOWN, f"{full}: {why}, and {len(bad)} of the file's {len(units)} translation units with device "
+        return OpVerdict(UNKNOWN, f"{full}; {why}, and {len(bad)} of the file's {len(units)} translation units with device "
                                   f"code have none for {gpu} ({_describe_units(ext, bad, gpu, 3)})")
     runs, via = _runs(ext.archs, gpu)
     if runs == NO:
-        return OpVerdict(NO, f"{full}: {why}; the file has no code for {gpu} at all")
-    return OpVerdict(UNKNOWN, f"{full}: {why}; the file has code for {gpu} ({via}) but which of its kernels it covers is "
+        return OpVerdict(NO, f"{full}; {why}; the file has no code for {gpu} at all")
+    return OpVerdict(UNKNOWN, f"{full}; {why}; the file has code for {gpu} ({via}) but which of its kernels it covers is "
                               f"not known")
 
 
