@@ -30,7 +30,7 @@ from .children import die_with_parent
 from .progress import adapt_progress
 from .python.pybytes import split_trailer
 from .runtime import default_workers
-from .sources import MAX_FILE_BYTES, DirSource, Source, WheelSource, open_source
+from .sources import DirSource, Source, WheelSource, open_source, size_limit
 
 # a stat entry is trusted only for files last modified this long before the snapshot
 RACY_NS = 2_000_000_000
@@ -75,11 +75,12 @@ def _read_files(root: str, paths: list[str], want_state: bool, want_facts: bool)
         full = os.path.join(root, p)
         try:
             st = os.stat(full)
-            if st.st_size > MAX_FILE_BYTES:
+            limit = size_limit(p)  # what the scan itself reads (a prebuilt extension: its whole file)
+            if st.st_size > limit:
                 out.append((p, None, None))
                 continue
             with open(full, "rb") as f:
-                data = f.read(MAX_FILE_BYTES + 1)
+                data = f.read(limit + 1)
         except OSError:
             out.append((p, None, None))
             continue

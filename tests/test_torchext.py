@@ -33,7 +33,7 @@ def test_units_namespaces_and_kernels(ext):
         ("scale.cu", ["sm_120", "sm_80"], ("_Z12scale_kernelPfi",)),
         ("gemm90.cu", ["sm_90a"], ("_Z13gemm90_kernelPfi",)),
     ]
-    assert ext.defines_op("scale") and ext.defines_op("host_only") and ext.defines_op("nothere") is False
+    assert ext.defines_op("scale_twice") and ext.defines_op("scale") and ext.defines_op("host_only") and ext.defines_op("nothere") is False
 
 
 def test_op_reach_follows_calls_through_the_plt(ext):
@@ -41,6 +41,9 @@ def test_op_reach_follows_calls_through_the_plt(ext):
     assert op_reach(ext, "scale").kernels == {"_Z12scale_kernelPfi": 0}
     assert op_reach(ext, "gemm").kernels == {"_Z13gemm90_kernelPfi": 1}
     assert op_reach(ext, "dispatch").kernels == {"_Z12scale_kernelPfi": 0, "_Z13gemm90_kernelPfi": 1}
+    # registered under another name: m.impl("scale_twice", &twice), the function's address from the GOT
+    r = op_reach(ext, "scale_twice")
+    assert r.entries == ["_Z5twicePfi"] and r.kernels == {"_Z12scale_kernelPfi": 0}
     r = op_reach(ext, "host_only")
     assert r.entries == ["_Z9host_onlyi"] and r.kernels == {} and r.complete
 
@@ -111,6 +114,7 @@ def test_scan_findings(scan):
         ("tinyext/ops.py", 21, "unresolved", ["torch.ops.tinyext.dispatch"]),
         ("tinyext/ops.py", 26, "unresolved", ["torch.ops.tinyext.host_only"]),
         ("tinyext/ops.py", 31, "unresolved", ["torch.ops.tinyext.scale"]),
+        ("tinyext/ops.py", 37, "software-only", ["torch.ops.tinyext.scale_twice"]),
     ]
     by_line = {f["gate"]["line"]: f for f in scan["findings"]}
     assert "scale.cu (sm_120 sm_80)" in by_line[11]["reason"] and by_line[11]["patch"]

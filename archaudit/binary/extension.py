@@ -70,6 +70,7 @@ class Extension:
     indirect: dict[int, int] = field(default_factory=dict, repr=False)
     handles: dict[int, str] = field(default_factory=dict, repr=False)  # a stub's __handle address -> kernel
     schemas: bytes = field(default=b"", repr=False)  # .rodata, for op schema strings
+    schemas_addr: int = 0
 
     def registers(self, ns: str) -> bool:
         return ns in self.namespaces
@@ -239,7 +240,7 @@ def read_extension(path: str, data: bytes) -> Extension:
             ext.text, ext.text_addr = data[text.offset:text.offset + text.size], text.addr
         ro = next((s for s in secs if s.name == ".rodata"), None)
         if ro is not None and ro.offset + ro.size <= len(data):
-            ext.schemas = data[ro.offset:ro.offset + ro.size]
+            ext.schemas, ext.schemas_addr = data[ro.offset:ro.offset + ro.size], ro.addr
         ext.funcs = sorted({(v, sz, n) for n, v, sz, t, _b in syms if t == STT_FUNC and v and sz})
         ext.indirect = _plt_targets(data, secs, ext.funcs)
     except (struct.error, ValueError, IndexError, OverflowError) as e:
@@ -311,12 +312,53 @@ class OpReach:
     complete: bool  # False: the search stopped at MAX_REACH
 
 
+_IMPL = re.compile(r"^(?:STABLE_)?TORCH_LIBRARY_(?:IMPL|FRAGMENT)_init_|^(?:STABLE_)?TORCH_LIBRARY_init_")
+
+
+def _string_at(ext: Extension, addr: int) -> bytes:
+    i = addr - ext.schemas_addr
+    if not ext.schemas or not 0 <= i < len(ext.schemas):
+        return b""
+    end = ext.schemas.find(b"\0", i, i + 4096)
+    return ext.schemas[i:end] if end >= 0 else b""
+
+
+def _registered(ext: Extension, op: str, starts: dict[int, int]) -> list[int]:
+    """The functions the registration functions hand over with the op's name (`m.impl("op", fn)`):
+    between two calls, an address load of the string "op" (or a schema "op(...") and of a function."""
+    want, schema = op.encode(), (op + "(").encode()
+    out: list[int] = []
+    lo = ext.text_addr
+    for addr, size, name in ext.funcs:
+        if not _IMPL.match(_local_name(name)) or not lo <= addr < lo + len(ext.text):
+            continue
+        body = ext.text[addr - lo:addr - lo + size]
+        named, fns = False, []
+        for m in _BRANCH.finditer(body):
+            if m.end() + 4 > len(body):
+                break
+            target = addr + m.end() + 4 + struct.unpack_from("<i", body, m.end())[0]
+            if body[m.start()] in (0x48, 0x4C):  # an address load
+                text = _string_at(ext, target)
+                if text == want or text.startswith(schema):
+                    named = True
+                elif target in starts or target in ext.indirect:
+                    fns.append(starts[target] if target in starts else ext.indirect[target])
+            elif body[m.start()] == 0xE8 or body[m.start():m.start() + 2] == b"\xff\x15":  # a call ends a group
+                if named:
+                    out += fns
+                named, fns = False, []
+    return out
+
+
 def op_reach(ext: Extension, op: str) -> OpReach:
-    """The kernels the functions named `op` reach through direct calls and address loads."""
+    """The kernels reached from the functions named `op` or registered under its name, through
+    direct calls and address loads."""
     if not ext.text:
         return OpReach([], {}, True)
     starts = {a: i for i, (a, _sz, _n) in enumerate(ext.funcs)}
     entries = [i for i, (_a, _sz, n) in enumerate(ext.funcs) if _function_name(n) == op]
+    entries += [i for i in _registered(ext, op, starts) if i not in entries]
     seen, todo, kernels = set(entries), list(entries), {}
     lo, hi = ext.text_addr, ext.text_addr + len(ext.text)
     while todo:
@@ -432,4 +474,8 @@ def _names(ext: Extension, idxs) -> list[str]:
 
 
 def _short(mangled: str) -> str:
-    return _function_name(mangled) or mangled
+    """A function's name; for a template that wraps a function pointer (torch's boxer<..., &fn>),
+    that function's."""
+    i = mangled.find("XadL_Z")
+    inner = _function_name(mangled[i + 4:]) if i >= 0 else None
+    return inner or _function_name(mangled) or mangled
