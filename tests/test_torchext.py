@@ -115,6 +115,7 @@ def test_scan_findings(scan):
         ("tinyext/ops.py", 26, "unresolved", ["torch.ops.tinyext.host_only"]),
         ("tinyext/ops.py", 31, "unresolved", ["torch.ops.tinyext.scale"]),
         ("tinyext/ops.py", 37, "software-only", ["torch.ops.tinyext.scale_twice"]),
+        ("tinyext/ops.py", 42, "unresolved", ["torch.ops.tinyjit.compile_and_run"]),
     ]
     by_line = {f["gate"]["line"]: f for f in scan["findings"]}
     assert "scale.cu (sm_120 sm_80)" in by_line[11]["reason"] and by_line[11]["patch"]
@@ -122,5 +123,7 @@ def test_scan_findings(scan):
     assert "some have code for sm_120 (scale.cu" in by_line[21]["reason"]
     # an op of a namespace no file of the scan registers stays code outside the scan
     assert "not analysed: torch.ops.otherext.thing" in by_line[31]["reason"]
+    # a file without device code of its own (kernels built at run time) is not taken as portable
+    assert "no device code of its own" in by_line[42]["reason"]
     # the chain ends at the shared object
     assert by_line[11]["chain"][-1]["path"] == SO and by_line[11]["chain"][-1]["how"] == "torch-op-namespace"

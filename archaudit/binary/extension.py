@@ -59,6 +59,8 @@ class Extension:
     units: list[Unit] = field(default_factory=list)
     archs: tuple[BinArch, ...] = ()  # every fatbin entry of the file
     has_symbols: bool = False
+    containers: int = 0  # fatbin containers in the file
+    wrappers: int = 0  # __fatDeviceText symbols: containers that belong to a known unit
     diagnostics: list[str] = field(default_factory=list)
     # functions sorted by address: (address, size, name); the .text bytes and their address
     funcs: list[tuple[int, int, str]] = field(default_factory=list, repr=False)
@@ -225,7 +227,8 @@ def read_extension(path: str, data: bytes) -> Extension:
         ext.diagnostics.append("not a 64-bit little-endian ELF file")
         return ext
     try:
-        ext.archs = tuple(read_binary(data).archs)
+        info = read_binary(data)
+        ext.archs, ext.containers = tuple(info.archs), info.containers
         secs = _sections(data)
         syms = _symbols(data, secs, ".symtab")
         ext.has_symbols = bool(syms)
@@ -235,6 +238,7 @@ def read_extension(path: str, data: bytes) -> Extension:
             if ns:
                 ext.namespaces.setdefault(ns, _local_name(name))
         ext.units, ext.kernel_unit, ext.handles = _units(data, secs, syms)
+        ext.wrappers = sum(1 for n, *_ in syms if _local_name(n) == "__fatDeviceText")
         text = next((s for s in secs if s.name == ".text"), None)
         if text is not None and text.offset + text.size <= len(data):
             ext.text, ext.text_addr = data[text.offset:text.offset + text.size], text.addr
@@ -450,8 +454,10 @@ def _whole_binary(ext: Extension, full: str, op: str, gpu: str, reach: OpReach) 
            if reach.entries else f"no function named {op} was found in its symbols")
     units = [i for i, u in enumerate(ext.units) if u.archs]
     if not ext.archs:
-        return OpVerdict(SASS, f"{full}; {why}; the file has no device code at all (host code only)")
-    if units and ext.has_symbols:
+        # what such a file runs on the GPU is compiled or loaded at run time, or lives elsewhere
+        return OpVerdict(UNKNOWN, f"{full}; {why}; the file has no device code of its own: kernels it runs are "
+                                  f"built or loaded at run time (e.g. NVRTC) or come from another library, not read here")
+    if units and ext.has_symbols and ext.wrappers >= ext.containers:  # every container is a known unit's
         how = {i: _runs(ext.units[i].archs, gpu)[0] for i in units}
         bad = [i for i in units if how[i] == NO]
         if not bad and len(units) == sum(1 for u in ext.units if u.archs or u.kernels):
