@@ -6,6 +6,7 @@ and answers, per op and GPU, whether the code it launches can run there. Nothing
 """
 from __future__ import annotations
 
+from ..ruledata import load_rule
 from .extension import ABSENT, MIXED, NO, PTX_JIT, SASS, UNKNOWN, Extension, OpVerdict, judge_op, read_extension
 
 # the GPU runtimes' own namespaces: torch's kernels ship for every current architecture
@@ -27,7 +28,8 @@ def _is_shared_object(path: str) -> bool:
 
 
 class ExtensionIndex:
-    """The scan's prebuilt extensions, read on first use."""
+    """The scan's prebuilt extensions, read on first use: every shared object but those of the GPU
+    runtimes (rules/externals.toml `runtimes`: torch's own namespaces are portable anyway)."""
 
     def __init__(self, source):
         self.source = source
@@ -38,8 +40,10 @@ class ExtensionIndex:
     def _load(self) -> dict[str, list[Extension]]:
         if self._by_ns is None:
             self._by_ns = {}
-            for path in sorted(p for p in self.source.files() if _is_shared_object(p)):
-                data = self.source.read(path)
+            skip = tuple(f"{r}/" for r in load_rule("externals").get("runtimes", []))
+            for path in sorted(p for p in self.source.files() if _is_shared_object(p) and not p.startswith(skip)):
+                # quietly: a file no op turns out to need is no input of the scan's verdicts
+                data = self.source.read_quietly(path)
                 if data is None:
                     self.unread.append(path)
                     continue
@@ -74,7 +78,8 @@ class ExtensionIndex:
     def _judge(self, ns: str, op: str, gpu: str) -> OpVerdict:
         exts = self._load().get(ns, [])
         if not exts:
-            return OpVerdict(UNKNOWN, f"torch.ops.{ns}.{op}: no shared object in the scan registers namespace {ns}")
+            unread = f" ({len(self.unread)} could not be read)" if self.unread else ""
+            return OpVerdict(UNKNOWN, f"no shared object in the scan{unread} registers namespace {ns}")
         verdicts = [judge_op(e, ns, op, gpu) for e in exts]
         present = [v for v in verdicts if v.runs != ABSENT]
         if not present:
