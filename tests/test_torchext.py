@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from archaudit.binary.extension import (ABSENT, MIXED, NO, SASS, UNKNOWN, _function_name, _namespace, judge_op,
+from archaudit.binary.extension import (ABSENT, MIXED, NO, SASS, UNKNOWN, function_name, registered_namespace, judge_op,
                                         op_reach, read_extension)
 from archaudit.binary.torchops import torch_op
 
@@ -68,14 +68,14 @@ def test_reasons_name_the_units(ext):
 
 
 def test_names():
-    assert _namespace("_ZL39STABLE_TORCH_LIBRARY_FRAGMENT_init__C_0RN5torch6stable6detail13StableLibraryE") == "_C"
-    assert _namespace("_ZL49STABLE_TORCH_LIBRARY_FRAGMENT_init__C_custom_ar_7RN5torch6stable6detail13StableLibraryE") == "_C_custom_ar"
-    assert _namespace("_ZL38STABLE_TORCH_LIBRARY_init_deep_select2RN5torch6stable6detail13StableLibraryE") == "deep_select2"
-    assert _namespace("_ZL21TORCH_LIBRARY_init__CRN5torch7LibraryE") == "_C"
-    assert _namespace("_ZL49STABLE_TORCH_LIBRARY_IMPL_init__C_custom_ar_CPU_9RN5torch6stable6detail13StableLibraryE") is None
-    assert _function_name("_ZN4vllm8rms_normERN5torch6stable6TensorE") == "rms_norm"
-    assert _function_name("_Z8rms_normRN5torch6stable6TensorES2_d") == "rms_norm"
-    assert _function_name("_Z17cutlass_scaled_mmRN5torch6stable6TensorE.cold") == "cutlass_scaled_mm"
+    assert registered_namespace("_ZL39STABLE_TORCH_LIBRARY_FRAGMENT_init__C_0RN5torch6stable6detail13StableLibraryE") == "_C"
+    assert registered_namespace("_ZL49STABLE_TORCH_LIBRARY_FRAGMENT_init__C_custom_ar_7RN5torch6stable6detail13StableLibraryE") == "_C_custom_ar"
+    assert registered_namespace("_ZL38STABLE_TORCH_LIBRARY_init_deep_select2RN5torch6stable6detail13StableLibraryE") == "deep_select2"
+    assert registered_namespace("_ZL21TORCH_LIBRARY_init__CRN5torch7LibraryE") == "_C"
+    assert registered_namespace("_ZL49STABLE_TORCH_LIBRARY_IMPL_init__C_custom_ar_CPU_9RN5torch6stable6detail13StableLibraryE") is None
+    assert function_name("_ZN4vllm8rms_normERN5torch6stable6TensorE") == "rms_norm"
+    assert function_name("_Z8rms_normRN5torch6stable6TensorES2_d") == "rms_norm"
+    assert function_name("_Z17cutlass_scaled_mmRN5torch6stable6TensorE.cold") == "cutlass_scaled_mm"
     assert torch_op("torch.ops._C.rms_norm") == ("_C", "rms_norm")
     assert torch_op("torch.ops._C.rms_norm.default") == ("_C", "rms_norm")
     assert torch_op("torch.ops._C") is None and torch_op("torch.cuda.synchronize") is None

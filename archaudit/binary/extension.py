@@ -144,7 +144,7 @@ def _local_name(mangled: str) -> str:
     return mangled
 
 
-def _namespace(name: str) -> str | None:
+def registered_namespace(name: str) -> str | None:
     m = _REGISTRATION.match(_local_name(name))
     if not m:
         return None
@@ -234,7 +234,7 @@ def read_extension(path: str, data: bytes) -> Extension:
         ext.has_symbols = bool(syms)
         syms = syms or _symbols(data, secs, ".dynsym")
         for name, *_ in syms:
-            ns = _namespace(name) if "TORCH_LIBRARY" in name else None
+            ns = registered_namespace(name) if "TORCH_LIBRARY" in name else None
             if ns:
                 ext.namespaces.setdefault(ns, _local_name(name))
         ext.units, ext.kernel_unit, ext.handles = _units(data, secs, syms)
@@ -290,7 +290,7 @@ def _plt_targets(buf: bytes, secs: list[_Sec], funcs) -> dict[int, int]:
 
 
 # ------------------------------------------------------------------------------------ op -> kernels
-def _function_name(mangled: str) -> str | None:
+def function_name(mangled: str) -> str | None:
     """The unqualified name of a mangled function (`_ZN4vllm8rms_normE...` -> rms_norm)."""
     s = mangled[2:] if mangled.startswith("_Z") else None
     if s is None:
@@ -361,7 +361,7 @@ def op_reach(ext: Extension, op: str) -> OpReach:
     if not ext.text:
         return OpReach([], {}, True)
     starts = {a: i for i, (a, _sz, _n) in enumerate(ext.funcs)}
-    entries = [i for i, (_a, _sz, n) in enumerate(ext.funcs) if _function_name(n) == op]
+    entries = [i for i, (_a, _sz, n) in enumerate(ext.funcs) if function_name(n) == op]
     entries += [i for i in _registered(ext, op, starts) if i not in entries]
     seen, todo, kernels = set(entries), list(entries), {}
     lo, hi = ext.text_addr, ext.text_addr + len(ext.text)
@@ -437,7 +437,8 @@ def judge_op(ext: Extension, ns: str, op: str, gpu: str) -> OpVerdict:
             return OpVerdict(UNKNOWN, f"{via}; the fatbin of {_describe_units(ext, names, gpu)} was not found", _names(ext, units))
         if not bad:
             kind = PTX_JIT if all(how[i][0] == PTX_JIT for i in ok) else SASS
-            return OpVerdict(kind, f"{via}: each has code for {gpu}: {_describe_units(ext, ok, gpu)}", _names(ext, units))
+            return OpVerdict(kind, f"{via}: each has code for {gpu}: {_describe_units(ext, ok, gpu)} (the binary's "
+                                   f"host code is not read for checks of its own)", _names(ext, units))
         if not ok:
             return OpVerdict(NO, f"{via}: none has code for {gpu}: {_describe_units(ext, bad, gpu)}", _names(ext, units))
         return OpVerdict(MIXED, f"{via}: some have code for {gpu} ({_describe_units(ext, ok, gpu)}), others not "
@@ -483,5 +484,5 @@ def _short(mangled: str) -> str:
     """A function's name; for a template that wraps a function pointer (torch's boxer<..., &fn>),
     that function's."""
     i = mangled.find("XadL_Z")
-    inner = _function_name(mangled[i + 4:]) if i >= 0 else None
-    return inner or _function_name(mangled) or mangled
+    inner = function_name(mangled[i + 4:]) if i >= 0 else None
+    return inner or function_name(mangled) or mangled
