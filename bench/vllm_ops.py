@@ -30,7 +30,8 @@ TARGET = "sm_120"
 # reason -> category, first match wins (the reason's wording is archaudit's own)
 CATEGORIES = [
     ("internal error", re.compile(r"archaudit's .* failed")),
-    ("torch.ops op of a prebuilt extension", re.compile(r"torch\.ops\.\w+\.\w+ \(")),
+    ("torch.ops op: its extension's units mixed, or no launch found", re.compile(
+        r"torch\.ops\.\w+\.\w+: registered by [^;]*; (?:no kernel launch|no function named|launches [^;]*others not)")),
     ("outside the scan: torch.ops (no extension in the scan registers it)", re.compile(r"not analysed: torch\.ops")),
     ("outside the scan: cutlass (CuTe DSL)", re.compile(r"not analysed: cutlass")),
     ("outside the scan: other package", re.compile(r"outside the scan whose GPU support")),
