@@ -471,9 +471,33 @@ def extract(path: str, data: bytes | str) -> FileFacts:
     prog = build_program(sc)
     st = cpp.structure(sc)
     body = sc.body
+    tokens = _tokens(sc, prog, st)
+    frozen = {k: frozenset(v - STOP_WORDS) for k, v in tokens.items()}
+    quals: dict[int, set] = {}
+    for at, q in _qualified(body):
+        quals.setdefault(st.top_owner_at(at), set()).add(q)
+    # every identifier of the body, a small fraction of its size: a rule's literal prefix can
+    # only be in the body if its leading identifier part is in one of them (_lead_ident)
+    words = "\n".join(set().union(*tokens.values()))
+    asm, traps, trap_offs = _asm_facts(sc, prog, st)
+    _trap_sites(sc, prog, st, traps, trap_offs)
+    idents = _ident_hits(sc, prog, st, words)
+    idents.extend(_macro_atoms(sc, prog))
+    kernels = _kernel_facts(sc, prog, st, sorted(trap_offs))
+    smem = _smem_sites(sc, prog, st)
+    # namespaces named by using-directives, using-declarations and aliases; #includes in a scope
+    opened = frozenset(m.group(1) or m.group(2) for m in _OPENS.finditer(body)) if "using" in body or "namespace" in body else frozenset()
+    scoped = frozenset(d.line for d in sc.directives if d.name == "include" and (
+        st.top_owner_at(d.start) >= 0 or any(s <= d.start < e for s, e in st.namespaces)))
+    return FileFacts(path, prog, _owner_facts(sc, prog, st), frozen, asm, idents, traps, kernels, smem,
+                     len(sc.line_starts), rules_key(), hashlib.sha1(sc.text.encode("latin-1")).hexdigest(),
+                     opened, scoped, {k: frozenset(v) for k, v in quals.items()})
 
-    # owners and their top-level owner
+
+def _owner_facts(sc, prog: Program, st) -> list[OwnerFacts]:
+    """Owners (functions, classes, ...) with their top-level owner."""
     owners: list[OwnerFacts] = []
+    body = sc.body
     for i, o in enumerate(st.owners):
         top = st.top_owner_at(o.start)
         if top < 0:
@@ -483,8 +507,12 @@ def extract(path: str, data: bytes | str) -> FileFacts:
                        o.kernel, o.device_only, o.head_words, top, o.qual, o.ns,
                        o.kind == "func" and _nullary(body[o.start : o.body_start], o.name))
         )
+    return owners
 
-    # identifiers per (top owner, region)
+
+def _tokens(sc, prog: Program, st) -> dict[tuple[int, int], set]:
+    """Identifiers per (top-level owner or -1 between them, region)."""
+    body = sc.body
     tokens: dict[tuple[int, int], set] = {}
     bounds = []  # (start, end, owner) of top-level owners and the gaps between them
     pos = 0
@@ -501,18 +529,12 @@ def extract(path: str, data: bytes | str) -> FileFacts:
             words = findall(body, ss, se)
             if words:
                 tokens.setdefault((idx, rid), set()).update(words)
-    frozen = {k: frozenset(v - STOP_WORDS) for k, v in tokens.items()}
-    quals: dict[int, set] = {}
-    for at, q in _qualified(body):
-        quals.setdefault(st.top_owner_at(at), set()).add(q)
-    # every identifier of the body, a small fraction of its size: a rule's literal prefix can
-    # only be in the body if its leading identifier part is in one of them (_lead_ident)
-    words = "\n".join(set().union(*tokens.values()))
+    return tokens
 
-    def top_at(off: int) -> int:
-        return st.top_owner_at(off)
 
-    # asm statements
+def _asm_facts(sc, prog: Program, st) -> tuple[list[AsmFacts], list[TrapSite], list[int]]:
+    """asm statements, with the traps written in their literal text (and those traps' offsets)."""
+    body = sc.body
     asm: list[AsmFacts] = []
     traps: list[TrapSite] = []
     trap_offs: list[int] = []
@@ -527,10 +549,15 @@ def extract(path: str, data: bytes | str) -> FileFacts:
             for rule_id, off, matched in ptx_hits(text):
                 hits.append((rule_id, line_at(marks, off, line), matched))
             if re.search(r"(?:^|[\s;{}])trap\s*;", text):
-                traps.append(TrapSite(line, rid, top_at(m.start()), "asm-trap", 'asm("trap;")'))
+                traps.append(TrapSite(line, rid, st.top_owner_at(m.start()), "asm-trap", 'asm("trap;")'))
                 trap_offs.append(m.start())
-        asm.append(AsmFacts(line, rid, top_at(m.start()), tuple(pieces), tuple(hits)))
+        asm.append(AsmFacts(line, rid, st.top_owner_at(m.start()), tuple(pieces), tuple(hits)))
+    return asm, traps, trap_offs
 
+
+def _trap_sites(sc, prog: Program, st, traps: list[TrapSite], trap_offs: list[int]) -> None:
+    """Trap calls (__trap(), __builtin_trap(), ...) added to traps and their offsets to trap_offs."""
+    body = sc.body
     for m in _TRAP.finditer(body) if any(w in body for w in _TRAP_WORDS) else ():
         kind = m.group(1)
         if kind == "__trap" or kind == "__builtin_trap":
@@ -540,10 +567,13 @@ def extract(path: str, data: bytes | str) -> FileFacts:
                 continue
         line = sc.line_of(m.start())
         text = sc.text[m.start() : sc.text.find(";", m.start(), m.start() + 300) + 1 or m.end()].strip()
-        traps.append(TrapSite(line, prog.region_of(m.start()), top_at(m.start()), kind, text[:160]))
+        traps.append(TrapSite(line, prog.region_of(m.start()), st.top_owner_at(m.start()), kind, text[:160]))
         trap_offs.append(m.start())
 
-    # intrinsic/atom rules, matched against the code (comments and literals blanked)
+
+def _ident_hits(sc, prog: Program, st, words: str) -> list[IdentHit]:
+    """Intrinsic/atom rules, matched against the code (comments and literals blanked)."""
+    body = sc.body
     idents: list[IdentHit] = []
     for r in _rules():
         if r.kind == "ptx":
@@ -556,17 +586,18 @@ def extract(path: str, data: bytes | str) -> FileFacts:
             continue
         for m in _matches(r.pattern, prefixes, body):
             text = m.group().strip()
-            top = top_at(m.start())
+            top = st.top_owner_at(m.start())
             last = re.findall(r"[A-Za-z_]\w*", text)
             if top >= 0 and last and st.owners[top].name in last:
                 continue  # the atom's own definition and members
             idents.append(IdentHit(sc.line_of(m.start()), prog.region_of(m.start()), top, r.id, text[:120]))
+    return idents
 
-    idents.extend(_macro_atoms(sc, prog))
 
-    # kernels (and functions whose head has a kernel-ish macro such as CUTLASS_GLOBAL, which the
-    # TU's macro table decides)
-    trap_offsets = sorted(trap_offs)
+def _kernel_facts(sc, prog: Program, st, trap_offsets: list[int]) -> list[KernelFacts]:
+    """Kernels (and functions whose head has a kernel-ish macro such as CUTLASS_GLOBAL, which the
+    TU's macro table decides), with their body's segments: real code, trap, printf."""
+    body = sc.body
     kernels: list[KernelFacts] = []
     for i, o in enumerate(st.owners):
         if o.kind != "func":
@@ -592,8 +623,12 @@ def extract(path: str, data: bytes | str) -> FileFacts:
         top = st.top_owner_at(o.start)
         kernels.append(KernelFacts(o.name, o.line, i, top if top >= 0 else i, o.template, macro_words,
                                    tuple(segs), sc.line_of(max(o.start, o.end - 1))))
+    return kernels
 
-    # shared memory
+
+def _smem_sites(sc, prog: Program, st) -> list[SmemSite]:
+    """Static __shared__ arrays of a known element type, and dynamic shared memory sizes."""
+    body = sc.body
     smem: list[SmemSite] = []
     for m in _SHARED.finditer(body):
         before = body[max(0, m.start() - 12) : m.start()]
@@ -605,17 +640,9 @@ def extract(path: str, data: bytes | str) -> FileFacts:
             continue
         dims = re.findall(r"\[([^\]]+)\]", m.group(3))
         expr = "*".join(f"({d})" for d in dims)
-        smem.append(SmemSite(sc.line_of(m.start()), prog.region_of(m.start()), top_at(m.start()), "static", eb, expr,
-                             sc.text[m.start() : m.end()][:160]))
+        smem.append(SmemSite(sc.line_of(m.start()), prog.region_of(m.start()), st.top_owner_at(m.start()), "static", eb,
+                             expr, sc.text[m.start() : m.end()][:160]))
     for m in _DYN_SMEM.finditer(body):
-        smem.append(SmemSite(sc.line_of(m.start()), prog.region_of(m.start()), top_at(m.start()), "dynamic", 1,
+        smem.append(SmemSite(sc.line_of(m.start()), prog.region_of(m.start()), st.top_owner_at(m.start()), "dynamic", 1,
                              m.group(2).strip(), sc.text[m.start() : m.end()][:160]))
-
-    # namespaces named by using-directives, using-declarations and aliases; #includes in a scope
-    opened = frozenset(m.group(1) or m.group(2) for m in _OPENS.finditer(body)) if "using" in body or "namespace" in body else frozenset()
-    scoped = frozenset(d.line for d in sc.directives if d.name == "include" and (
-        st.top_owner_at(d.start) >= 0 or any(s <= d.start < e for s, e in st.namespaces)))
-
-    return FileFacts(path, prog, owners, frozen, asm, idents, traps, kernels, smem,
-                     len(sc.line_starts), rules_key(), hashlib.sha1(sc.text.encode("latin-1")).hexdigest(),
-                     opened, scoped, {k: frozenset(v) for k, v in quals.items()})
+    return smem

@@ -287,15 +287,7 @@ def find_runtime_checks(path: str, data: bytes | str, header_texts: list[bytes |
         if not (_SM_CALL.search(ch.expr) or _PROP_FIELD.search(ch.expr)
                 or bound_anywhere & set(re.findall(r"\b[A-Za-z_]\w*\b", ch.expr))):
             continue  # cannot involve the architecture: skip the per-function work
-        fidx = st.function_at(ch.offset)
-        scope = sc.code
-        fname = ""
-        if fidx >= 0:
-            o = st.owners[fidx]
-            scope = sc.code[o.start : ch.offset]
-            fname = (o.qual + "::" if o.qual else "") + o.name
-            if o.parent >= 0 and not o.qual:
-                fname = st.owners[o.parent].name + "::" + o.name
+        scope, fname = _function_of(sc, st, ch.offset)
         env_fn = _Env()
         env_fn.consts = env.consts
         env_fn.props = set(env_file.props)
@@ -316,27 +308,9 @@ def find_runtime_checks(path: str, data: bytes | str, header_texts: list[bytes |
             if tree is None:
                 tree = cpp.parse(sc.text)
             fname = cpp.enclosing_function_name(tree, ch.offset, sc.text.encode("latin-1")) or "<file>"
-        admits = set()
-        unknown_for = []
-        for g in reg.gpus:
-            v = _evaluate(expr, env_fn, g)
-            if v is None:
-                unknown_for.append(g.name)
-                admits.add(g.name)  # may be admitted: never claim a refusal we cannot show
-                continue
-            ok = (not v) if ch.refuses_when else bool(v)
-            if ok:
-                admits.add(g.name)
-        leftovers = sorted(set(re.findall(r"\b[A-Za-z_]\w*\b", expr)) - set(_ARCH_WORDS) - set(env_fn.consts) - {"true", "false"})
+        admits, unknown_for = _admits(reg, expr, env_fn, ch.refuses_when)
         resolved = not unknown_for
-        how = []
-        if CC in expr:
-            how.append("getSMVersion() -> major*10+minor")
-        if MAJOR in expr or MINOR in expr:
-            how.append("compute capability major/minor")
-        resolution = "evaluated: " + ", ".join(how) if resolved else (
-            f"unresolved: operand(s) {', '.join(leftovers) or '?'} unknown for {', '.join(unknown_for[:4])}"
-            + ("..." if len(unknown_for) > 4 else ""))
+        resolution = _resolution(expr, env_fn, unknown_for)
         kind_region = "refusal" if ch.refuses_when else "check"
         out.append(
             Gate(path, ch.line, ch.col, fname, CPP_RUNTIME_CHECK,
@@ -345,6 +319,49 @@ def find_runtime_checks(path: str, data: bytes | str, header_texts: list[bytes |
                  [f"{k} = {v}" for k, v in sorted(env_fn.bind.items()) if k in raw][:6])
         )
     return out
+
+
+def _function_of(sc, st, offset: int) -> tuple[str, str]:
+    """(the code of the function holding offset up to it, its qualified name), or (the whole
+    file's code, "") outside every function."""
+    fidx = st.function_at(offset)
+    if fidx < 0:
+        return sc.code, ""
+    o = st.owners[fidx]
+    fname = (o.qual + "::" if o.qual else "") + o.name
+    if o.parent >= 0 and not o.qual:
+        fname = st.owners[o.parent].name + "::" + o.name
+    return sc.code[o.start : offset], fname
+
+
+def _admits(reg, expr: str, env_fn: _Env, refuses_when: bool) -> tuple[set[str], list[str]]:
+    """The GPUs the check lets through, and those it could not be evaluated for (admitted too:
+    never claim a refusal we cannot show)."""
+    admits = set()
+    unknown_for = []
+    for g in reg.gpus:
+        v = _evaluate(expr, env_fn, g)
+        if v is None:
+            unknown_for.append(g.name)
+            admits.add(g.name)
+            continue
+        ok = (not v) if refuses_when else bool(v)
+        if ok:
+            admits.add(g.name)
+    return admits, unknown_for
+
+
+def _resolution(expr: str, env_fn: _Env, unknown_for: list[str]) -> str:
+    if not unknown_for:
+        how = []
+        if CC in expr:
+            how.append("getSMVersion() -> major*10+minor")
+        if MAJOR in expr or MINOR in expr:
+            how.append("compute capability major/minor")
+        return "evaluated: " + ", ".join(how)
+    leftovers = sorted(set(re.findall(r"\b[A-Za-z_]\w*\b", expr)) - set(_ARCH_WORDS) - set(env_fn.consts) - {"true", "false"})
+    return (f"unresolved: operand(s) {', '.join(leftovers) or '?'} unknown for {', '.join(unknown_for[:4])}"
+            + ("..." if len(unknown_for) > 4 else ""))
 
 
 _INCLUDE_BYTES = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"]', re.M)

@@ -445,19 +445,30 @@ def _reach(proj: CudaProject, relpath: str, pr: PreprocResult, facts: dict[str, 
     types), and so do names used outside top-level definitions, names from macro bodies, and
     names used in or defined in files whose namespaces are not known (_scopes)."""
     scopes = scopes or _scopes(proj, pr, facts)
+    name_index, roots, seeds = _name_index(proj, relpath, pr, facts, scopes, only_from)
+    return _walk_names(proj, relpath, pr, facts, scopes, name_index, roots, seeds)
+
+
+def _lookup_scope(scopes: _Scopes, path: str, o: F.OwnerFacts) -> tuple[str, str, str] | None:
+    """The namespace a definition's name is looked up in (ns, "ns::", its last part), or None
+    when it is found from anywhere."""
+    if not o.ns or path in scopes.loose:
+        return None
+    last = o.ns.rsplit("::", 1)[-1]
+    if last in scopes.opened or last in F.STOP_WORDS:  # STOP_WORDS words are not kept as tokens
+        return None
+    return o.ns, o.ns + "::", last
+
+
+def _name_index(proj: CudaProject, relpath: str, pr: PreprocResult, facts: dict[str, F.FileFacts],
+                scopes: _Scopes, only_from: frozenset[str] | None):
+    """For _reach: every active definition by name (with where it is looked up), the roots (the
+    TU's non-template host functions and kernels, or the functions named in only_from) and the
+    names each owner of the TU's own file uses (-1: outside every owner)."""
     # name -> [((path, owner), namespace it is looked up in or None when found from anywhere)]
     name_index: dict[str, list[tuple[tuple[str, int], tuple[str, str, str] | None]]] = {}
     roots: list[tuple[str, int]] = []
-    seeds: dict[int, set[str]] = {}  # owner of the TU's own file (-1: outside every owner) -> names
-
-    def where(path: str, o: F.OwnerFacts) -> tuple[str, str, str] | None:
-        if not o.ns or path in scopes.loose:
-            return None
-        last = o.ns.rsplit("::", 1)[-1]
-        if last in scopes.opened or last in F.STOP_WORDS:  # STOP_WORDS words are not kept as tokens
-            return None
-        return o.ns, o.ns + "::", last
-
+    seeds: dict[int, set[str]] = {}
     for path, ff in facts.items():
         states = pr.states[path]
         for name, idxs in proj._owner_names(ff).items():
@@ -466,7 +477,7 @@ def _reach(proj: CudaProject, relpath: str, pr: PreprocResult, facts: dict[str, 
                 if states[o.region] is False:
                     continue
                 # an out-of-line definition (A::f) is in A's scope, not where written
-                ns = where(path, o) if not o.qual and (o.kind != "func" or o.nullary) else None
+                ns = _lookup_scope(scopes, path, o) if not o.qual and (o.kind != "func" or o.nullary) else None
                 name_index.setdefault(name, []).append(((path, i), ns))
                 if o.qual:  # out-of-line member definition: reached with its class
                     name_index.setdefault(o.qual.split("::")[-1], []).append(((path, i), None))
@@ -484,6 +495,13 @@ def _reach(proj: CudaProject, relpath: str, pr: PreprocResult, facts: dict[str, 
                 if idx >= 0 and ff.owners[idx].device_only and not ff.owners[idx].template:
                     continue  # non-template __device__ code is emitted only if called
                 seeds.setdefault(idx, set()).update(toks)
+    return name_index, roots, seeds
+
+
+def _walk_names(proj: CudaProject, relpath: str, pr: PreprocResult, facts: dict[str, F.FileFacts],
+                scopes: _Scopes, name_index: dict, roots: list[tuple[str, int]],
+                seeds: dict[int, set[str]]) -> set[tuple[str, int]]:
+    """For _reach: the owners reached from the roots and seeds, name by name."""
     macro_idents: dict[str, set] = {}
     for ff in facts.values():
         for name, words in ff.program.define_idents.items():
@@ -665,238 +683,291 @@ def _eval_int(pp: Preprocessor, expr: str) -> int | None:
 
 
 def _judge(proj: CudaProject, relpath: str, target: CompileTarget, pr: PreprocResult, pp: Preprocessor) -> TuResult:
-    rules = F.rules_by_id()
-    facts = {p: proj.facts(p) for p in pr.files}
-    facts = {p: ff for p, ff in facts.items() if ff is not None}
-    order = {p: i for i, p in enumerate(pr.files)}
-    scopes = _scopes(proj, pr, facts)
-    reached = _reach(proj, relpath, pr, facts, scopes=scopes)
-    res = TuResult(relpath, target.name, "builds", diagnostics=list(pr.diagnostics), closure=list(pr.files))
-    macros = pr.macros
-    maybe_blocking: list[FeatureUse] = []
-    unknowns: list[str] = []
+    j = _TuJudge(proj, relpath, target, pr, pp)
+    for path, ff in j.facts.items():
+        j.file_features(path, ff)
+    j.errors()
+    j.stub_callers()
+    j.exports()
+    j.order_evidence()
+    j.guards()
+    j.res.unknowns = j.unknowns()
+    j.predict()
+    return j.res
 
-    def owner_name(ff: F.FileFacts, top: int) -> str:
-        return ff.owners[top].name if top >= 0 else ""
 
-    def is_reached(path: str, top: int) -> bool:
-        return (path, top) in reached or (path == relpath and top < 0)
+class _TuJudge:
+    """One translation unit judged for one compile target: the features its reached, active code
+    needs, its kernels and entry points, and from them the prediction (TuResult)."""
 
-    expanded: set[str] | None = None  # macros reached code uses (lazily: few files define atoms in macros)
+    def __init__(self, proj: CudaProject, relpath: str, target: CompileTarget, pr: PreprocResult, pp: Preprocessor):
+        self.proj, self.relpath, self.target, self.pr, self.pp = proj, relpath, target, pr, pp
+        self.rules = F.rules_by_id()
+        facts = {p: proj.facts(p) for p in pr.files}
+        self.facts = {p: ff for p, ff in facts.items() if ff is not None}
+        self.order = {p: i for i, p in enumerate(pr.files)}
+        self.scopes = _scopes(proj, pr, self.facts)
+        self.reached = _reach(proj, relpath, pr, self.facts, scopes=self.scopes)
+        self.res = TuResult(relpath, target.name, "builds", diagnostics=list(pr.diagnostics), closure=list(pr.files))
+        self.maybe_blocking: list[FeatureUse] = []
+        self.expanded: set[str] | None = None  # macros reached code uses (lazily: few files define atoms in macros)
 
-    def atom_reached(path: str, h: F.IdentHit) -> bool:
-        nonlocal expanded
+    def is_reached(self, path: str, top: int) -> bool:
+        return (path, top) in self.reached or (path == self.relpath and top < 0)
+
+    def atom_reached(self, path: str, h: F.IdentHit) -> bool:
         if not h.macro:
-            return is_reached(path, h.top)
-        if expanded is None:
-            expanded = _expanded_macros(proj, relpath, pr, facts, reached)
-        return h.macro in expanded
+            return self.is_reached(path, h.top)
+        if self.expanded is None:
+            self.expanded = _expanded_macros(self.proj, self.relpath, self.pr, self.facts, self.reached)
+        return h.macro in self.expanded
 
-    def add_feature(fu: FeatureUse, supported: bool, state) -> None:
-        res.features.append(fu)
+    def add_feature(self, fu: FeatureUse, supported: bool, state) -> None:
+        self.res.features.append(fu)
         if supported:
             return
         if state is True:
-            res.blocking.append(fu)
+            self.res.blocking.append(fu)
         else:
             fu.certain = False
-            maybe_blocking.append(fu)
+            self.maybe_blocking.append(fu)
 
-    for path, ff in facts.items():
-        states = pr.states[path]
-        vendored = proj.is_vendored(path, pp.resolver)
-        # inline PTX
+    def file_features(self, path: str, ff: F.FileFacts) -> None:
+        """What one file of the closure contributes: inline PTX, intrinsics and atoms, traps,
+        shared memory, kernels."""
+        states = self.pr.states[path]
+        vendored = self.proj.is_vendored(path, self.pp.resolver)
+        self.asm(path, ff, states)
+        self.idents(path, ff, states, vendored)
+        if not vendored:
+            self.traps(path, ff, states)
+        self.smem(path, ff, states)
+        self.kernels(path, ff, states, vendored)
+
+    def asm(self, path: str, ff: F.FileFacts, states) -> None:
         for a in ff.asm:
             st = states[a.region]
-            if st is False or not is_reached(path, a.top):
+            if st is False or not self.is_reached(path, a.top):
                 continue
             hits = list(a.hits)
             if any(k == "m" for k, _, _ in a.pieces):
-                got = _asm_text(a.pieces, macros)
+                got = _asm_text(a.pieces, self.pr.macros)
                 if got is None:
                     names = [v for k, v, _ in a.pieces if k == "m"]
                     msg = f"asm template at {path}:{a.line} uses macro(s) {', '.join(names)} that are not string literals here"
-                    res.diagnostics.append(Diagnostic(path, "asm-macro", msg, a.line, "note"))
+                    self.res.diagnostics.append(Diagnostic(path, "asm-macro", msg, a.line, "note"))
                     continue
                 text, marks = got
                 hits = [(rid, F.line_at(marks, off, a.line), mt) for rid, off, mt in F.ptx_hits(text)]
             for rule_id, line, matched in hits:
-                r = rules.get(rule_id)
+                r = self.rules.get(rule_id)
                 if r is None:
                     continue
-                add_feature(FeatureUse(path, line, r.id, r.kind, matched, sorted(r.supported_on)), r.supports(target), st)
-        # intrinsics and atoms
+                self.add_feature(FeatureUse(path, line, r.id, r.kind, matched, sorted(r.supported_on)),
+                                 r.supports(self.target), st)
+
+    def idents(self, path: str, ff: F.FileFacts, states, vendored: bool) -> None:
+        """Intrinsics and atoms."""
+        res = self.res
         for h in ff.idents:
             st = states[h.region]
             if st is False:
                 continue
-            r = rules.get(h.rule)
+            r = self.rules.get(h.rule)
             if r is None:
                 continue
             if r.kind == "atom":
                 # atoms count where the package's own reached code names them (or expands a macro
                 # of the package naming them)
-                if vendored or not atom_reached(path, h):
+                if vendored or not self.atom_reached(path, h):
                     continue
                 fu = FeatureUse(path, h.line, r.id, r.kind, h.text, sorted(r.supported_on))
                 res.features.append(fu)
-                if not r.supports(target):
+                if not r.supports(self.target):
                     if st is True:
                         res.blocking.append(fu)
                         res.stubs.append(StubSite(path, h.line, "arch-tag" if r.selection_tag else "atom", h.text,
-                                                  owner_name(ff, h.top)))
+                                                  _owner_name(ff, h.top)))
                     else:
                         fu.certain = False
-                        maybe_blocking.append(fu)
+                        self.maybe_blocking.append(fu)
                 continue
-            if not is_reached(path, h.top):
+            if not self.is_reached(path, h.top):
                 continue
-            add_feature(FeatureUse(path, h.line, r.id, r.kind, h.text, sorted(r.supported_on)), r.supports(target), st)
-        # traps under arch conditions in the package's own reached code
-        if not vendored:
-            for t in ff.traps:
-                st = states[t.region]
-                if st is not True or not pr.region_tainted(path, t.region) or not is_reached(path, t.top):
-                    continue
-                res.stubs.append(StubSite(path, t.line, t.kind, t.text, owner_name(ff, t.top),
-                                          ff.program.region_line[t.region] or None))
-        # shared memory
+            self.add_feature(FeatureUse(path, h.line, r.id, r.kind, h.text, sorted(r.supported_on)),
+                             r.supports(self.target), st)
+
+    def traps(self, path: str, ff: F.FileFacts, states) -> None:
+        """Traps under arch conditions in the package's own reached code."""
+        for t in ff.traps:
+            st = states[t.region]
+            if st is not True or not self.pr.region_tainted(path, t.region) or not self.is_reached(path, t.top):
+                continue
+            self.res.stubs.append(StubSite(path, t.line, t.kind, t.text, _owner_name(ff, t.top),
+                                           ff.program.region_line[t.region] or None))
+
+    def smem(self, path: str, ff: F.FileFacts, states) -> None:
+        """Shared memory over the target's limit per block (smem_limit)."""
         for sm in ff.smem:
             st = states[sm.region]
-            if st is False or not (is_reached(path, sm.top)):
+            if st is False or not (self.is_reached(path, sm.top)):
                 continue
-            v = _size_value(pp, proj.read(path) or b"", sm.expr)
+            v = _size_value(self.pp, self.proj.read(path) or b"", sm.expr)
             if v is None:
                 continue
             nbytes = v * sm.elem_bytes
-            limit = smem_limit(sm.kind, target)
+            limit = smem_limit(sm.kind, self.target)
             fu = FeatureUse(path, sm.line, f"smem.{sm.kind}", "smem", f"{sm.text} = {nbytes} bytes",
                             _supported_smem(sm.kind, nbytes), st is True)
             if limit and nbytes > limit:
-                res.features.append(fu)
+                self.res.features.append(fu)
                 if st is True:
-                    res.blocking.append(fu)
+                    self.res.blocking.append(fu)
                     if sm.kind == "dynamic":
                         # the build succeeds; the request fails when the kernel is configured
-                        res.stubs.append(StubSite(path, sm.line, "smem", f"{nbytes} bytes requested, {limit} the most "
-                                                  f"per block: {sm.text}", owner_name(ff, sm.top)))
+                        self.res.stubs.append(StubSite(path, sm.line, "smem", f"{nbytes} bytes requested, {limit} the "
+                                                       f"most per block: {sm.text}", _owner_name(ff, sm.top)))
                 else:
-                    maybe_blocking.append(fu)
-        # kernels
+                    self.maybe_blocking.append(fu)
+
+    def kernels(self, path: str, ff: F.FileFacts, states, vendored: bool) -> None:
         for k in ff.kernels:
             o = ff.owners[k.owner]
             if states[o.region] is False:
                 continue
-            if not (o.kernel or _kernel_macro(k.head_words, macros)):
+            if not (o.kernel or _kernel_macro(k.head_words, self.pr.macros)):
                 continue
-            emitted = (not k.template) or is_reached(path, k.top)
+            emitted = (not k.template) or self.is_reached(path, k.top)
             if not emitted or vendored:
                 continue
-            res.kernels.append(_kernel_status(ff, pr, k, path))
-    # #error directives reached. One under an undecided condition that does not depend on the
-    # architecture is an environment question (host compiler, toolkit version): noted, not judged.
-    for path, line, text, st, tainted in pr.errors:
-        fu = FeatureUse(path, line, "#error", "error", f"#error {text}"[:200], [], st is True)
-        if st is True and not tainted:
-            # fires whatever the target: the build needs a define this analysis was not given
-            # (sglang's load_jit injects -DSGL_CUDA_ARCH), not an instruction the GPU lacks
-            res.features.append(fu)
-            maybe_blocking.append(fu)
-            fu.certain = False
-            res.diagnostics.append(Diagnostic(path, "error-not-arch", f"#error that does not depend on the "
-                                              f"architecture is active: {text[:120]}", line, "note"))
-        elif st is True:
-            res.features.append(fu)
-            res.blocking.append(fu)
-        elif tainted:
-            res.features.append(fu)
-            maybe_blocking.append(fu)
-        else:
-            res.diagnostics.append(Diagnostic(path, "maybe-error", f"#error under an undecided non-architecture condition: {text[:120]}", line, "note"))
+            self.res.kernels.append(_kernel_status(ff, self.pr, k, path))
 
-    # a kernel whose own code is real but that calls a function that stops at run time (a CuTe
-    # atom on the wrong target, CUTLASS_NOT_IMPLEMENTED, a trap) is a stub too
-    stub_fns = {st.function: st for st in res.stubs
-                if st.function and st.kind not in ("empty-kernel", "trap-kernel")}
-    if stub_fns:
+    def errors(self) -> None:
+        """#error directives reached. One under an undecided condition that does not depend on the
+        architecture is an environment question (host compiler, toolkit version): noted, not judged."""
+        res = self.res
+        for path, line, text, st, tainted in self.pr.errors:
+            fu = FeatureUse(path, line, "#error", "error", f"#error {text}"[:200], [], st is True)
+            if st is True and not tainted:
+                # fires whatever the target: the build needs a define this analysis was not given
+                # (sglang's load_jit injects -DSGL_CUDA_ARCH), not an instruction the GPU lacks
+                res.features.append(fu)
+                self.maybe_blocking.append(fu)
+                fu.certain = False
+                res.diagnostics.append(Diagnostic(path, "error-not-arch", f"#error that does not depend on the "
+                                                  f"architecture is active: {text[:120]}", line, "note"))
+            elif st is True:
+                res.features.append(fu)
+                res.blocking.append(fu)
+            elif tainted:
+                res.features.append(fu)
+                self.maybe_blocking.append(fu)
+            else:
+                res.diagnostics.append(Diagnostic(path, "maybe-error", f"#error under an undecided non-architecture "
+                                                  f"condition: {text[:120]}", line, "note"))
+
+    def stub_callers(self) -> None:
+        """A kernel whose own code is real but that calls a function that stops at run time (a CuTe
+        atom on the wrong target, CUTLASS_NOT_IMPLEMENTED, a trap) is a stub too."""
+        res = self.res
+        stub_fns = {st.function: st for st in res.stubs
+                    if st.function and st.kind not in ("empty-kernel", "trap-kernel")}
+        if not stub_fns:
+            return
         for i, k in enumerate(res.kernels):
             if k.status != "real":
                 continue
-            got = _reach(proj, relpath, pr, facts, only_from=frozenset({k.name}), scopes=scopes)
-            hit = sorted(({facts[p].owners[j].name for p, j in got} & set(stub_fns)) - {k.name})
+            got = _reach(self.proj, self.relpath, self.pr, self.facts, only_from=frozenset({k.name}), scopes=self.scopes)
+            hit = sorted(({self.facts[p].owners[j].name for p, j in got} & set(stub_fns)) - {k.name})
             if hit:
                 st = stub_fns[hit[0]]
                 res.kernels[i] = KernelStatus(k.name, k.path, k.line, "trap", st.guard_line,
-                                              f"calls {hit[0]}, which stops at run time on {target.name}: "
+                                              f"calls {hit[0]}, which stops at run time on {self.target.name}: "
                                               f"{st.kind} at {st.path}:{st.line}")
-    # entry points: which kernels each exported function reaches
-    own = proj.read(relpath) or b""
-    kernel_names = {k.name for k in res.kernels}
-    for name, (fn, line) in _exports(own.decode("utf-8", "replace")).items():
-        got = _reach(proj, relpath, pr, facts, only_from=frozenset({fn}), scopes=scopes)
-        names = {facts[p].owners[i].name for p, i in got}
-        res.exports[name] = Export(fn, line, sorted(names & kernel_names), sorted(names))
 
-    key = lambda f: (0 if f.path == relpath else 1, order.get(f.path, 1 << 30), f.line)
-    res.blocking.sort(key=key)
-    # concrete evidence first: an ArchTag only says what a kernel was written for
-    res.stubs.sort(key=lambda s: (s.kind == "arch-tag", 0 if s.path == relpath else 1, order.get(s.path, 1 << 30), s.line))
-    maybe_blocking.sort(key=key)
-    for k in res.kernels:
-        if k.status in ("empty", "trap"):
-            res.stubs.append(StubSite(k.path, k.line, "empty-kernel" if k.status == "empty" else "trap-kernel",
-                                      f"{k.name}: {k.reason}", k.name, k.guard_line))
+    def exports(self) -> None:
+        """Entry points: which kernels each exported function reaches."""
+        own = self.proj.read(self.relpath) or b""
+        kernel_names = {k.name for k in self.res.kernels}
+        for name, (fn, line) in _exports(own.decode("utf-8", "replace")).items():
+            got = _reach(self.proj, self.relpath, self.pr, self.facts, only_from=frozenset({fn}), scopes=self.scopes)
+            names = {self.facts[p].owners[i].name for p, i in got}
+            self.res.exports[name] = Export(fn, line, sorted(names & kernel_names), sorted(names))
 
-    # guards: arch conditions of the TU's own file, and those above reported evidence
-    seen = set()
-    ev_paths = {relpath} | {b.path for b in res.blocking} | {s.path for s in res.stubs}
-    for c in pr.conds:
-        if c.tainted and c.path in ev_paths and (c.path, c.line) not in seen:
-            seen.add((c.path, c.line))
-            res.active_guards.append(Guard(c.path, c.line, c.directive, c.text, c.value, c.state))
+    def order_evidence(self) -> None:
+        """The TU's own file first, then the closure's order; stub kernels join the stubs last."""
+        res, order, relpath = self.res, self.order, self.relpath
+        key = lambda f: (0 if f.path == relpath else 1, order.get(f.path, 1 << 30), f.line)
+        res.blocking.sort(key=key)
+        # concrete evidence first: an ArchTag only says what a kernel was written for
+        res.stubs.sort(key=lambda s: (s.kind == "arch-tag", 0 if s.path == relpath else 1, order.get(s.path, 1 << 30), s.line))
+        self.maybe_blocking.sort(key=key)
+        for k in res.kernels:
+            if k.status in ("empty", "trap"):
+                res.stubs.append(StubSite(k.path, k.line, "empty-kernel" if k.status == "empty" else "trap-kernel",
+                                          f"{k.name}: {k.reason}", k.name, k.guard_line))
 
-    # unknown reasons
-    env_errors = {(d.path, d.line) for d in res.diagnostics if d.kind == "error-not-arch"}
-    for fu in maybe_blocking:
-        if (fu.path, fu.line) in env_errors:
-            unknowns.append(f"{fu.text[:120]} at {fu.path}:{fu.line} fires on every target: the build needs a "
-                            "define or flag this analysis was not given")
+    def guards(self) -> None:
+        """Arch conditions of the TU's own file, and those above reported evidence."""
+        res = self.res
+        seen = set()
+        ev_paths = {self.relpath} | {b.path for b in res.blocking} | {s.path for s in res.stubs}
+        for c in self.pr.conds:
+            if c.tainted and c.path in ev_paths and (c.path, c.line) not in seen:
+                seen.add((c.path, c.line))
+                res.active_guards.append(Guard(c.path, c.line, c.directive, c.text, c.value, c.state))
+
+    def unknowns(self) -> list[str]:
+        """Why the prediction could be unknown, first reason first."""
+        res = self.res
+        unknowns: list[str] = []
+        env_errors = {(d.path, d.line) for d in res.diagnostics if d.kind == "error-not-arch"}
+        for fu in self.maybe_blocking:
+            if (fu.path, fu.line) in env_errors:
+                unknowns.append(f"{fu.text[:120]} at {fu.path}:{fu.line} fires on every target: the build needs a "
+                                "define or flag this analysis was not given")
+            else:
+                unknowns.append(f"{fu.feature} at {fu.path}:{fu.line} is under a condition that could not be decided")
+        for spelled in dict.fromkeys(self.pr.unresolved_seen):
+            unknowns.append(f"cannot resolve #include {spelled!r}")
+        for d in res.diagnostics:
+            if d.kind == "asm-macro" and not self.proj.is_vendored(d.path, self.pp.resolver):
+                unknowns.append(d.message)
+        for k in res.kernels:
+            if k.status == "unknown":
+                unknowns.append(f"kernel {k.name} at {k.path}:{k.line}: {k.reason}")
+        return unknowns
+
+    def predict(self) -> None:
+        """fails (first missing feature), unknown, stub or builds, with the reason."""
+        res, target, unknowns = self.res, self.target, self.res.unknowns
+        real_blocking = [b for b in res.blocking if b.kind in ("ptx", "intrinsic", "error") or b.feature == "smem.static"]
+        if real_blocking:
+            b = real_blocking[0]
+            res.prediction = "fails"
+            what = b.text if b.kind == "error" else f"{b.feature} ({b.text!r})"
+            res.reason = f"{what} at {b.path}:{b.line} is not supported on {target.name}" + (
+                f" (supported on: {', '.join(b.supported_on)})" if b.supported_on else "")
+        elif self.maybe_blocking:
+            res.prediction = "unknown"
+            res.reason = unknowns[0]
+            if self.pr.unresolved_seen:
+                # the unread header is why conditions could not be decided: name it first
+                res.reason = f"cannot resolve #include {self.pr.unresolved_seen[0]!r}; then {unknowns[0]}"
+        elif res.stubs:
+            s = res.stubs[0]
+            res.prediction = "stub"
+            res.reason = f"{s.kind} at {s.path}:{s.line}" + (f" in {s.function}" if s.function else "") + f": {s.text}"
+        elif unknowns:
+            res.prediction = "unknown"
+            res.reason = unknowns[0]
         else:
-            unknowns.append(f"{fu.feature} at {fu.path}:{fu.line} is under a condition that could not be decided")
-    for spelled in dict.fromkeys(pr.unresolved_seen):
-        unknowns.append(f"cannot resolve #include {spelled!r}")
-    for d in res.diagnostics:
-        if d.kind == "asm-macro" and not proj.is_vendored(d.path, pp.resolver):
-            unknowns.append(d.message)
-    for k in res.kernels:
-        if k.status == "unknown":
-            unknowns.append(f"kernel {k.name} at {k.path}:{k.line}: {k.reason}")
-    res.unknowns = unknowns
+            res.prediction = "builds"
+            res.reason = f"no feature missing on {target.name} in the active code of {len(self.pr.files)} file(s)"
 
-    real_blocking = [b for b in res.blocking if b.kind in ("ptx", "intrinsic", "error") or b.feature == "smem.static"]
-    if real_blocking:
-        b = real_blocking[0]
-        res.prediction = "fails"
-        what = b.text if b.kind == "error" else f"{b.feature} ({b.text!r})"
-        res.reason = f"{what} at {b.path}:{b.line} is not supported on {target.name}" + (
-            f" (supported on: {', '.join(b.supported_on)})" if b.supported_on else "")
-    elif maybe_blocking:
-        res.prediction = "unknown"
-        res.reason = unknowns[0]
-        if pr.unresolved_seen:
-            # the unread header is why conditions could not be decided: name it first
-            res.reason = f"cannot resolve #include {pr.unresolved_seen[0]!r}; then {unknowns[0]}"
-    elif res.stubs:
-        s = res.stubs[0]
-        res.prediction = "stub"
-        res.reason = f"{s.kind} at {s.path}:{s.line}" + (f" in {s.function}" if s.function else "") + f": {s.text}"
-    elif unknowns:
-        res.prediction = "unknown"
-        res.reason = unknowns[0]
-    else:
-        res.prediction = "builds"
-        res.reason = f"no feature missing on {target.name} in the active code of {len(pr.files)} file(s)"
-    return res
+
+def _owner_name(ff: F.FileFacts, top: int) -> str:
+    return ff.owners[top].name if top >= 0 else ""
 
 
 def _kernel_status(ff: F.FileFacts, pr: PreprocResult, k: F.KernelFacts, path: str) -> KernelStatus:
