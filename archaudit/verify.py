@@ -37,6 +37,7 @@ from typing import Callable
 from .children import ending_with_us
 from .cuda.preproc import UNKNOWN_VALUE
 from .model import HARDWARE_BOUND, PARTIAL, SOFTWARE_ONLY
+from .parsing.cpp import closing_bracket
 
 CONFIRMED, REFUTED, NOT_VERIFIED = "confirmed", "refuted", "not verified"
 # the verdicts a compile can confirm or refute (admitted and unresolved make no such claim)
@@ -190,20 +191,6 @@ class Entry:
         return d
 
 
-def _close(text: str, i: int, open_: str, close: str) -> int:
-    """Index of the bracket closing the one at text[i] (len(text) when unbalanced)."""
-    depth = 0
-    for j in range(i, len(text)):
-        c = text[j]
-        if c == open_:
-            depth += 1
-        elif c == close:
-            depth -= 1
-            if depth == 0:
-                return j
-    return len(text)
-
-
 def _functions(ptx: str) -> list[tuple[str, str, str]]:
     """(kind, name, body) of every defined .entry and .func (declarations have no body)."""
     out = []
@@ -212,7 +199,7 @@ def _functions(ptx: str) -> list[tuple[str, str, str]]:
         while i < len(ptx) and ptx[i].isspace():
             i += 1
         if m.group(1) == "func" and ptx.startswith("(", i):  # the return value
-            i = _close(ptx, i, "(", ")") + 1
+            i = closing_bracket(ptx, i, "(", ")") + 1
             while i < len(ptx) and ptx[i].isspace():
                 i += 1
         nm = _NAME.match(ptx, i)
@@ -222,11 +209,11 @@ def _functions(ptx: str) -> list[tuple[str, str, str]]:
         while i < len(ptx) and ptx[i].isspace():
             i += 1
         if ptx.startswith("(", i):
-            i = _close(ptx, i, "(", ")") + 1
+            i = closing_bracket(ptx, i, "(", ")") + 1
         brace, semi = ptx.find("{", i), ptx.find(";", i)
         if brace < 0 or (0 <= semi < brace):
             continue  # a declaration (.extern .func vprintf ...;)
-        end = _close(ptx, brace, "{", "}")
+        end = closing_bracket(ptx, brace, "{", "}")
         out.append((m.group(1), nm.group(0), ptx[brace + 1:end]))
     return out
 

@@ -471,6 +471,10 @@ class ExprParser:
         return v
 
     def expr(self, min_prec: int):
+        return self._nested(self._expr, min_prec)
+
+    def _nested(self, parse, *args):
+        """parse(*args) one level deeper; past MAX_EXPR_DEPTH the expression is not evaluated."""
         self.depth += 1
         try:
             if self.depth > MAX_EXPR_DEPTH:
@@ -478,7 +482,7 @@ class ExprParser:
                 self.too_deep = True
                 self.i = self.n
                 return None
-            return self._expr(min_prec)
+            return parse(*args)
         finally:
             self.depth -= 1
 
@@ -513,16 +517,7 @@ class ExprParser:
         return left
 
     def unary(self):
-        self.depth += 1
-        try:
-            if self.depth > MAX_EXPR_DEPTH:
-                self.ok = False
-                self.too_deep = True
-                self.i = self.n
-                return None
-            return self._unary()
-        finally:
-            self.depth -= 1
+        return self._nested(self._unary)
 
     def _unary(self):
         if self.i >= self.n:

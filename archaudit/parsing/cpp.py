@@ -264,18 +264,23 @@ class Structure:
         return best
 
 
-def _strip_balanced(s: str, open_: str, close: str, start: int) -> int:
-    """Index just past the bracket group that opens at s[start] (== open_), or len(s)."""
+def closing_bracket(text: str, i: int, open_: str, close: str) -> int:
+    """Index of the bracket closing the one at text[i] (== open_), or len(text) when unbalanced."""
     depth = 0
-    for i in range(start, len(s)):
-        c = s[i]
+    for j in range(i, len(text)):
+        c = text[j]
         if c == open_:
             depth += 1
         elif c == close:
             depth -= 1
             if depth == 0:
-                return i + 1
-    return len(s)
+                return j
+    return len(text)
+
+
+def _strip_balanced(s: str, open_: str, close: str, start: int) -> int:
+    """Index just past the bracket group that opens at s[start] (== open_), or len(s)."""
+    return min(closing_bracket(s, start, open_, close) + 1, len(s))
 
 
 def _strip_template_clause(head: str) -> tuple[str, bool]:
