@@ -265,29 +265,9 @@ def build_program(sc: Scan) -> Program:
             cur = stack.pop()
             opened.pop()
         else:
-            if name == "define":
-                m = _DEFINE.match(text)
-                if m:
-                    params = None
-                    if m.group(2) is not None:
-                        params = tuple(p.strip() for p in m.group(2)[1:-1].split(",") if p.strip())
-                    ops.append((OP_DEFINE, line, m.group(1), params, m.group(3).strip()))
-            elif name == "undef":
-                ops.append((OP_UNDEF, line, _first_word(text)))
-            elif name in ("include", "include_next", "import"):
-                m = _INCLUDE.match(text)
-                if m:
-                    if m.group(1) is not None:
-                        ops.append((OP_INCLUDE, line, m.group(1), False, name == "include_next", False))
-                    elif m.group(2) is not None:
-                        ops.append((OP_INCLUDE, line, m.group(2), True, name == "include_next", False))
-                    else:  # computed include: #include MACRO
-                        ops.append((OP_INCLUDE, line, m.group(3).strip(), False, name == "include_next", True))
-            elif name == "pragma":
-                if re.match(r"once\b", text):
-                    ops.append((OP_ONCE, line))
-            elif name == "error":
-                ops.append((OP_ERROR, line, text))
+            op = _plain_op(name, text, line)
+            if op is not None:
+                ops.append(op)
             continue
         starts.append(d.end)
         at.append(cur)
@@ -297,6 +277,42 @@ def build_program(sc: Scan) -> Program:
     prog.problems = problems
     prog.once = any(op[0] == OP_ONCE for op in ops)
     prog.defines = frozenset(op[2] for op in ops if op[0] == OP_DEFINE)
+    prog.define_idents = _define_idents(ops)
+    prog.guard = _include_guard(sc, ops)
+    return prog
+
+
+def _plain_op(name: str, text: str, line: int) -> tuple | None:
+    """The op of a directive that opens no region (#define, #undef, #include, #pragma once,
+    #error), or None for one the program does not keep."""
+    if name == "define":
+        m = _DEFINE.match(text)
+        if m:
+            params = None
+            if m.group(2) is not None:
+                params = tuple(p.strip() for p in m.group(2)[1:-1].split(",") if p.strip())
+            return (OP_DEFINE, line, m.group(1), params, m.group(3).strip())
+    elif name == "undef":
+        return (OP_UNDEF, line, _first_word(text))
+    elif name in ("include", "include_next", "import"):
+        m = _INCLUDE.match(text)
+        if m:
+            if m.group(1) is not None:
+                return (OP_INCLUDE, line, m.group(1), False, name == "include_next", False)
+            if m.group(2) is not None:
+                return (OP_INCLUDE, line, m.group(2), True, name == "include_next", False)
+            # computed include: #include MACRO
+            return (OP_INCLUDE, line, m.group(3).strip(), False, name == "include_next", True)
+    elif name == "pragma":
+        if re.match(r"once\b", text):
+            return (OP_ONCE, line)
+    elif name == "error":
+        return (OP_ERROR, line, text)
+    return None
+
+
+def _define_idents(ops: list[tuple]) -> dict[str, frozenset]:
+    """Macro name -> the identifiers its bodies name (its parameters and itself left out)."""
     di: dict[str, set] = {}
     for op in ops:
         if op[0] == OP_DEFINE and op[4]:
@@ -304,9 +320,7 @@ def build_program(sc: Scan) -> Program:
             words.discard(op[2])
             if words:
                 di.setdefault(op[2], set()).update(words)
-    prog.define_idents = {k: frozenset(v) for k, v in di.items()}
-    prog.guard = _include_guard(sc, ops)
-    return prog
+    return {k: frozenset(v) for k, v in di.items()}
 
 
 def unbalanced_conditionals(data: bytes) -> list[tuple[int, str]]:
@@ -928,14 +942,7 @@ class Preprocessor:
                 out.append(t)
                 continue
             if t == "defined":
-                name = None
-                if work and work[0][0] == "(":
-                    if len(work) >= 3 and work[2][0] == ")":
-                        name = work[1][0]
-                        for _ in range(3):
-                            work.popleft()
-                elif work:
-                    name = work.popleft()[0]
+                name = _defined_operand(work)
                 out.append(Operand(self._defined(name)) if isinstance(name, str) else _UNKNOWN)
                 continue
             c = t[0]
@@ -952,26 +959,7 @@ class Preprocessor:
             m = macros.get(t)
             reads[t] = m
             if m is None or t in hs:
-                if t == "true":
-                    out.append(Operand(1))
-                elif t == "false":
-                    out.append(Operand(0))
-                elif t in ("__has_include", "__has_include_next"):
-                    arg = _take_call(work)
-                    out.append(Operand(self._has_include([x for x, _ in arg])) if arg is not None else _UNKNOWN)
-                else:
-                    if t in self.arch_defined or t in self.shadow or _name_kind(t) & _K_ARCH_FAMILY:
-                        self._taint = True
-                    # a macro name met inside its own expansion is an ordinary identifier: 0
-                    pol = (0 if t in hs else None) if m is not None else self.undefined_policy(t)
-                    if m is None and pol is None:
-                        self.res.unknown_names[t] = self.res.unknown_names.get(t, 0) + 1
-                    if work and work[0][0] == "(":
-                        # `FOO(x)` with FOO undefined (__has_builtin and friends): unknown
-                        _take_call(work)
-                        out.append(_UNKNOWN)
-                    else:
-                        out.append(_UNKNOWN if pol is None else Operand(0))
+                out.append(self._not_expanded(t, m, hs, work))
                 continue
             if m.tainted:
                 self._taint = True
@@ -997,6 +985,28 @@ class Preprocessor:
                 continue
             work.extendleft(reversed(repl))
         return out
+
+    def _not_expanded(self, t: str, m: Macro | None, hs: frozenset, work: deque):
+        """The operand of an identifier #if does not expand: true/false, __has_include(...), an
+        undefined name (by undefined_policy, or unknown) or a macro inside its own expansion (0).
+        `FOO(x)` with FOO undefined (__has_builtin and friends) is unknown."""
+        if t == "true":
+            return Operand(1)
+        if t == "false":
+            return Operand(0)
+        if t in ("__has_include", "__has_include_next"):
+            arg = _take_call(work)
+            return Operand(self._has_include([x for x, _ in arg])) if arg is not None else _UNKNOWN
+        if t in self.arch_defined or t in self.shadow or _name_kind(t) & _K_ARCH_FAMILY:
+            self._taint = True
+        # a macro name met inside its own expansion is an ordinary identifier: 0
+        pol = (0 if t in hs else None) if m is not None else self.undefined_policy(t)
+        if m is None and pol is None:
+            self.res.unknown_names[t] = self.res.unknown_names.get(t, 0) + 1
+        if work and work[0][0] == "(":
+            _take_call(work)
+            return _UNKNOWN
+        return _UNKNOWN if pol is None else Operand(0)
 
     def _substitute(self, m: Macro, args: list[list], nh: frozenset):
         params = m.params
@@ -1266,12 +1276,7 @@ class Preprocessor:
             return
         res = self.res
         if path not in res.states:
-            self.pkg_names |= prog.defines
-            for line, msg in prog.problems:
-                res.diagnostics.append(Diagnostic(path, "unbalanced-conditional", unbalanced_message(msg), line))
-            res.files.append(path)
-            res.states[path] = [False] * len(prog.region_parent)
-            res.taints[path] = [False] * len(prog.region_parent)
+            self._first_visit(path, prog)
         states = res.states[path]
         taints = res.taints[path]
         self._tu_left -= len(prog.ops) + WALK_COST
@@ -1283,7 +1288,6 @@ class Preprocessor:
         # group stack: [parent region, taken-so-far (tri), group taint]
         groups: list[list] = []
         cur = 0
-        macros = self.macros
         for op in prog.ops:
             kind = op[0]
             if kind == OP_IF:
@@ -1305,34 +1309,8 @@ class Preprocessor:
                 cur = rid
                 continue
             if kind == OP_ELIF or kind == OP_ELSE:
-                if not groups:
-                    continue
-                g = groups[-1]
-                parent = g[0]
-                rid = op[2]
-                pstate = cur_states[parent]
-                taken = g[1]
-                if pstate is False or taken is True:
-                    st = False
-                    val = False
-                    taint = False
-                elif kind == OP_ELSE:
-                    val, taint = True, False
-                    st = t_and(pstate, t_not(taken))
-                    g[1] = True
-                else:
-                    val, taint = self.evaluate(op[3])
-                    self._check_budget(path, op[1])
-                    st = t_and(pstate, t_and(t_not(taken), val))
-                    g[1] = t_or(taken, val)
-                g[2] = g[2] or taint
-                # An #else/#elif inherits the taint of the whole group: its being taken depends on it.
-                cur_taints[rid] = cur_taints[parent] or g[2]
-                cur_states[rid] = st
-                if pstate is not False and (cur_taints[rid] or val is None):
-                    res.conds.append(CondRecord(path, op[1], "else" if kind == OP_ELSE else "elif",
-                                                "" if kind == OP_ELSE else op[3], val, st, cur_taints[rid]))
-                cur = rid
+                if groups:
+                    cur = self._branch(path, op, groups[-1], cur_states, cur_taints)
                 continue
             if kind == OP_ENDIF:
                 if groups:
@@ -1344,24 +1322,9 @@ class Preprocessor:
                     self.shadow.add(op[2])  # would be (un)defined for another architecture
                 continue
             if kind == OP_DEFINE:
-                _, line, name, params, body = op
-                old = macros.get(name)
-                toks = tokenize(body)
-                if too_long(toks):
-                    toks = (UNKNOWN_VALUE,)  # a body too long to read: its value is unknown
-                new = Macro(params, toks, state is True, cur_taints[cur], body, (path, line))
-                if state is None and old is not None and old.certain and old.params == params and old.body == new.body:
-                    new.certain = True
-                macros[name] = new
+                self._define(path, op, state, cur_taints[cur])
             elif kind == OP_UNDEF:
-                name = op[2]
-                if state is True:
-                    macros.pop(name, None)
-                else:
-                    old = macros.get(name)
-                    if old is not None:
-                        old = Macro(old.params, old.body, False, old.tainted or cur_taints[cur], old.text, old.where)
-                        macros[name] = old
+                self._undef(op[2], state, cur_taints[cur])
             elif kind == OP_INCLUDE:
                 self._include(path, op, state, cur_taints[cur])
             elif kind == OP_ERROR:
@@ -1372,34 +1335,92 @@ class Preprocessor:
             taints[i] = taints[i] or cur_taints[i]
         self._stack.pop()
 
+    def _first_visit(self, path: str, prog: Program) -> None:
+        """A file the TU includes for the first time: its states, its macro names, its problems."""
+        res = self.res
+        self.pkg_names |= prog.defines
+        for line, msg in prog.problems:
+            res.diagnostics.append(Diagnostic(path, "unbalanced-conditional", unbalanced_message(msg), line))
+        res.files.append(path)
+        res.states[path] = [False] * len(prog.region_parent)
+        res.taints[path] = [False] * len(prog.region_parent)
+
+    def _branch(self, path: str, op: tuple, g: list, cur_states: list, cur_taints: list) -> int:
+        """An #elif or #else of the open group g ([parent region, taken so far, group taint]):
+        its region's state and taint; returns the region."""
+        kind = op[0]
+        parent = g[0]
+        rid = op[2]
+        pstate = cur_states[parent]
+        taken = g[1]
+        if pstate is False or taken is True:
+            st = False
+            val = False
+            taint = False
+        elif kind == OP_ELSE:
+            val, taint = True, False
+            st = t_and(pstate, t_not(taken))
+            g[1] = True
+        else:
+            val, taint = self.evaluate(op[3])
+            self._check_budget(path, op[1])
+            st = t_and(pstate, t_and(t_not(taken), val))
+            g[1] = t_or(taken, val)
+        g[2] = g[2] or taint
+        # An #else/#elif inherits the taint of the whole group: its being taken depends on it.
+        cur_taints[rid] = cur_taints[parent] or g[2]
+        cur_states[rid] = st
+        if pstate is not False and (cur_taints[rid] or val is None):
+            self.res.conds.append(CondRecord(path, op[1], "else" if kind == OP_ELSE else "elif",
+                                             "" if kind == OP_ELSE else op[3], val, st, cur_taints[rid]))
+        return rid
+
+    def _define(self, path: str, op: tuple, state, taint: bool) -> None:
+        _, line, name, params, body = op
+        macros = self.macros
+        old = macros.get(name)
+        toks = tokenize(body)
+        if too_long(toks):
+            toks = (UNKNOWN_VALUE,)  # a body too long to read: its value is unknown
+        new = Macro(params, toks, state is True, taint, body, (path, line))
+        if state is None and old is not None and old.certain and old.params == params and old.body == new.body:
+            new.certain = True
+        macros[name] = new
+
+    def _undef(self, name: str, state, taint: bool) -> None:
+        macros = self.macros
+        if state is True:
+            macros.pop(name, None)
+        else:
+            old = macros.get(name)
+            if old is not None:
+                old = Macro(old.params, old.body, False, old.tainted or taint, old.text, old.where)
+                macros[name] = old
+
     def _check_budget(self, path: str, line: int) -> None:
         if self._budget_hit:
             msg, self._budget_hit = self._budget_hit, False
             kind = "expansion-limit" if msg in (_EXPANSION_MSG, _TU_MSG) else "expression-depth"
             self.res.diagnostics.append(Diagnostic(path, kind, msg, line))
 
-    def _include(self, path: str, op: tuple, state, taint: bool) -> None:
-        _, line, spelled, angled, is_next, computed = op
+    def _computed_include(self, path: str, line: int, spelled: str) -> tuple[str, bool] | None:
+        """`#include MACRO`: (the header it names, angled), or None (said) when it cannot be evaluated."""
         res = self.res
-        if computed:
-            toks = self.expand(tokenize(spelled), keep_names=True)
-            self._check_budget(path, line)
-            text = "".join(t for t in toks if isinstance(t, str)) if toks is not None else ""
-            m = re.fullmatch(r'"([^"]*)"|<(.*)>', text.replace(" ", ""))
-            if not m:
-                res.diagnostics.append(Diagnostic(path, "computed-include", f"cannot evaluate #include {spelled}", line))
-                res.unresolved_seen.append(spelled)
-                return
-            spelled, angled = (m.group(1), False) if m.group(1) is not None else (m.group(2), True)
-        after = None
-        if is_next:
-            # continue the search after the root the including file came from
-            for i, r in enumerate(self.resolver.roots):
-                if r.path and path.startswith(r.path + "/"):
-                    after = i
-        r = self.resolver.resolve(spelled, angled, path, after)
-        res.includes.append(IncludeRecord(path, line, r, state))
-        if r.kind == "external":
+        toks = self.expand(tokenize(spelled), keep_names=True)
+        self._check_budget(path, line)
+        text = "".join(t for t in toks if isinstance(t, str)) if toks is not None else ""
+        m = re.fullmatch(r'"([^"]*)"|<(.*)>', text.replace(" ", ""))
+        if not m:
+            res.diagnostics.append(Diagnostic(path, "computed-include", f"cannot evaluate #include {spelled}", line))
+            res.unresolved_seen.append(spelled)
+            return None
+        return (m.group(1), False) if m.group(1) is not None else (m.group(2), True)
+
+    def _not_read(self, path: str, line: int, spelled: str, angled: bool, kind: str, state) -> None:
+        """An include that is not walked: a toolkit header (with the macros it is known to define),
+        an absolute path, or one not found (a system header when angled)."""
+        res = self.res
+        if kind == "external":
             res.external_seen = True
             effects = TOOLKIT_HEADER_DEFINES.get(spelled)
             if effects and state is not False:
@@ -1410,24 +1431,42 @@ class Preprocessor:
                     elif val.isdigit():
                         self.macros[name] = Macro(None, (val,), state is True, False, val, (spelled, 0))
             return
-        if r.kind == "absolute":
+        if kind == "absolute":
             # never read (outside the scan root) and it may define anything: unresolved
             if state is True:
                 res.unresolved_seen.append(spelled)
             res.diagnostics.append(Diagnostic(path, "absolute-include", f"#include of the absolute path {spelled}: "
                                               "outside the scan root, not read", line))
             return
-        if r.kind == "unresolved" and angled:
+        if angled:
             # <x> not in the package: a system header we do not know by name
             res.external_seen = True
             res.diagnostics.append(Diagnostic(path, "system-include", f"assumed system header <{spelled}>", line, "note"))
             return
-        if r.kind == "unresolved":
-            if state is True:
-                res.unresolved_seen.append(spelled)
-            res.diagnostics.append(
-                Diagnostic(path, "unresolved-include", f"cannot resolve #include {'<' if angled else chr(34)}{spelled}{'>' if angled else chr(34)}", line)
-            )
+        if state is True:
+            res.unresolved_seen.append(spelled)
+        res.diagnostics.append(
+            Diagnostic(path, "unresolved-include", f"cannot resolve #include {'<' if angled else chr(34)}{spelled}{'>' if angled else chr(34)}", line)
+        )
+
+    def _include(self, path: str, op: tuple, state, taint: bool) -> None:
+        _, line, spelled, angled, is_next, computed = op
+        res = self.res
+        if computed:
+            got = self._computed_include(path, line, spelled)
+            if got is None:
+                return
+            spelled, angled = got
+        after = None
+        if is_next:
+            # continue the search after the root the including file came from
+            for i, r in enumerate(self.resolver.roots):
+                if r.path and path.startswith(r.path + "/"):
+                    after = i
+        r = self.resolver.resolve(spelled, angled, path, after)
+        res.includes.append(IncludeRecord(path, line, r, state))
+        if r.kind in ("external", "absolute", "unresolved"):
+            self._not_read(path, line, spelled, angled, r.kind, state)
             return
         target = r.path
         prog = self.programs(target)
@@ -1472,6 +1511,21 @@ def _char_value(t: str) -> int | None:
     if len(body) == 1:
         return ord(body)
     return {"\\n": 10, "\\t": 9, "\\r": 13, "\\0": 0, "\\\\": 92, "\\'": 39}.get(body)
+
+
+def _defined_operand(work: deque):
+    """The name after `defined` (`defined X` or `defined(X)`), taken off the work queue; None
+    when there is none."""
+    if work and work[0][0] == "(":
+        if len(work) >= 3 and work[2][0] == ")":
+            name = work[1][0]
+            for _ in range(3):
+                work.popleft()
+            return name
+        return None
+    if work:
+        return work.popleft()[0]
+    return None
 
 
 def _take_call(work):
