@@ -184,7 +184,7 @@ def write_sarif(log, output) -> list[str]:
     from ..report.sarif import dumps, split_by_run
 
     if output is None:
-        click.echo(dumps(log), nl=False)
+        write_output(dumps(log), None)
         return []
     out = Path(output)
     parts = None
