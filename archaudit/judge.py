@@ -782,6 +782,13 @@ def _injected_defines(rule_id: str) -> dict[str, str]:
 NON_BLOCKING = ("include-path", "flags-define-value", "flags-arch", "name")
 
 
+# code after a refusal that also runs on paths that never decided the gate (callgraph.behind)
+PARTLY = "after-exit-partly"
+PARTLY_REASON = ("what was reached lies after the refusal on a path that also runs without deciding the gate "
+                 "(past an enclosing branch, or after `if other and not gate: raise`); it is not shown to be "
+                 "what the gate enables")
+
+
 def behind_from_callgraph(analysis) -> BehindFn:
     """Adapt the call graph's answer (archaudit.callgraph) to what the judge needs."""
 
@@ -822,6 +829,10 @@ def behind_from_callgraph(analysis) -> BehindFn:
                 by_value = (f"the refusal sits inside `if {outer[3]}:` (line {outer[1]}), one case of what its function "
                             f"returns, and the modules were reached only through its callers' branches; which "
                             f"returned value leads to them is not followed")
+        if mods and all(bm.arm.endswith(PARTLY) for bm in mods):
+            names = sorted({bm.module.name for bm in mods})
+            why = f"{PARTLY_REASON}: {', '.join(names[:3])}" + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+            return Behind([], reason=why, outside=outside, dsl_calls=dsl_calls)
         ambiguous: list[str] = []
         if not mods:
             mods, ambiguous = _through_config_keys(analysis, gate)
@@ -834,6 +845,8 @@ def behind_from_callgraph(analysis) -> BehindFn:
                         + ", ".join(f"{q} ({skipped[q]})" for q in new_skips[:3]))
             if dsl_calls:
                 return Behind([], reason=why, outside=outside, dsl_calls=dsl_calls)
+            if any(x.arm.endswith(PARTLY) and dsl_rule_for(x.callee) for x in calls_out):
+                return Behind([], reason=f"{why}; {PARTLY_REASON} (CuTe DSL calls)", outside=outside)
             if not ambiguous and not new_skips and not outside and gate.path.endswith(".py"):
                 conf = _confiner(analysis).check(gate)
                 if conf.confined:
@@ -877,7 +890,7 @@ def _dsl_calls(analysis, gate: Gate, calls_out) -> list[tuple[DslCallRule, str, 
         if rule is None:
             continue
         name, chain = x.callee, x.chain
-        if x.arm.endswith("value-dispatch"):
+        if x.arm.endswith(("value-dispatch", PARTLY)):
             continue
         if gate.region == "branch" and x.arm.startswith("caller:") and x.arm != "caller:value":
             continue
@@ -1045,7 +1058,7 @@ def _admitted_arm(gate: Gate, arm: str) -> bool:
     if arm == "then" and gate.region == "after-early-exit":
         return False
     # `if C: ... return value`: what follows runs when C is false, i.e. on the GPUs C excludes
-    if arm == "after-exit" and gate.region == "branch":
+    if arm in ("after-exit", PARTLY) and gate.region == "branch":
         return False
     return True
 

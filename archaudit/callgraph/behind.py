@@ -2,7 +2,10 @@
 
 Regions a gate guards (each becomes the start of a forward search through the call graph):
 - `if gate:` -> the then-branch ("then") and the else-branch ("else");
-- `if not gate: raise/return` and `assert gate` -> the rest of the function ("after-exit");
+- `if not gate: raise/return` and `assert gate` -> the rest of its block and of the blocks around
+  it through `with` ("after-exit"); code after that which also runs on paths that never decided
+  the gate (past an enclosing branch, or after `if other and not gate: raise`) is
+  "after-exit-partly";
 - an arch list passed on (`get_nvcc_flags_list(supported_major_versions=...)` or hard-coded
   -gencode flags) -> the JIT spec in the same function that receives it ("flags");
 - a refusal every call of its function passes (`if arch is None: raise ...` at the top level of
@@ -45,7 +48,7 @@ MAX_NODES = 4000
 
 @dataclass
 class Region:
-    arm: str  # "then" | "else" | "after-exit" | "flags" | "statement" | "caller:<arm>"
+    arm: str  # "then" | "else" | "after-exit" | "after-exit-partly" | "flags" | "statement" | "caller:<arm>"
     ctx: Ctx
     spans: list[tuple[int, int]]  # byte ranges in ctx's module
     links: list[Link]  # how we got here (gate region link, caller links)
@@ -208,8 +211,9 @@ class Behind:
         if not chain:
             return []
         cont, idx, st = chain[-1]
-        if st.k in ("if", "while") and off < st.f["test"].sb:
-            off = st.f["test"].sb  # FILE:LINE pointed at the `if` keyword
+        at_keyword = st.k in ("if", "while") and off < st.f["test"].sb
+        if at_keyword:
+            off = st.f["test"].sb  # FILE:LINE pointed at the `if` keyword: the whole test is the gate
         gate_link = Link("region", site.path, site.line, site.expr or ctx.mod.parsed.text(st).split("\n")[0][:120], "")
         out: list[Region] = []
         resolver = False
@@ -219,14 +223,14 @@ class Behind:
         # call is followed in the branch): the calls that value flows into are followed too
         selects = False
         if st.k in ("if", "while") and st.f["test"].sb <= off < st.f["test"].eb:
-            out += self._if_regions(ctx, chain, [gate_link])
+            part = None if at_keyword else _gate_part(st.f["test"], off, ctx.mod.parsed.text, site.expr)
+            out += self._if_regions(ctx, chain, [gate_link], part)
             selects = _returns_constant(st.f["body"]) or _returns_constant(st.f["orelse"])
             resolver = selects or self._returns_in(st.f["body"]) or self._returns_in(st.f["orelse"]) or (
                 _exits(st.f["body"]) and self._returns_in(self._after(chain)))
         elif st.k == "assert":
-            after = self._after(chain)
-            out.append(Region("after-exit", ctx, _spans(after), [_relink(gate_link, "after-exit")]))
-            resolver = self._returns_in(after)
+            out += self._exit_regions(ctx, chain, [gate_link], True)
+            resolver = self._returns_in(self._after(chain))
         elif st.k == "return":
             resolver = selects = True
             # `return gen_jit_spec(..., extra_cuda_cflags=[...])`: the gate is the build's flags
@@ -268,15 +272,31 @@ class Behind:
             out += self._caller_regions(ctx, [gate_link], CALLER_DEPTH, raises=False, consumers=selects)
         return out
 
-    def _if_regions(self, ctx: Ctx, chain, links: list[Link]) -> list[Region]:
+    def _if_regions(self, ctx: Ctx, chain, links: list[Link], carries=None) -> list[Region]:
+        """The arms of the `if` ending the chain; `carries(expr)` picks the parts of its test that
+        carry the gate's value (None: the whole test is the gate)."""
         st = chain[-1][2]
+        test = st.f["test"]
         out = [Region("then", ctx, _spans(st.f["body"]), [_relink(x, "then") if i == len(links) - 1 else x for i, x in enumerate(links)])]
         if st.f["orelse"]:
             out.append(Region("else", ctx, _spans(st.f["orelse"]), [_relink(x, "else") if i == len(links) - 1 else x for i, x in enumerate(links)]))
-        if _exits(st.f["body"]) or (st.f["orelse"] and _exits(st.f["orelse"])):
-            after = self._after(chain)
-            if after:
-                out.append(Region("after-exit", ctx, _spans(after), [_relink(x, "after-exit") if i == len(links) - 1 else x for i, x in enumerate(links)]))
+        then_exits, else_exits = _exits(st.f["body"]), bool(st.f["orelse"]) and _exits(st.f["orelse"])
+        if then_exits or else_exits:
+            pinned = (then_exits and _pins(test, carries, False)) or (else_exits and _pins(test, carries, True))
+            out += self._exit_regions(ctx, chain, links, pinned)
+        return out
+
+    def _exit_regions(self, ctx: Ctx, chain, links: list[Link], pinned: bool) -> list[Region]:
+        """The code after a refusal: "after-exit" where it runs only on paths that passed the
+        gate's test, "after-exit-partly" where it also runs on paths that never decided the gate
+        (`if backend == "x" and not ok: raise` lets other backends on whatever `ok` is; after
+        `if isinstance(s, Tensor): [if not ok: raise]`, the code runs for a float `s` untested)."""
+        inner = _continuation(chain)
+        outer = self._after(chain)[len(inner):]
+        out = []
+        for arm, stmts in (("after-exit" if pinned else "after-exit-partly", inner), ("after-exit-partly", outer)):
+            if stmts:
+                out.append(Region(arm, ctx, _spans(stmts), [_relink(x, arm) if i == len(links) - 1 else x for i, x in enumerate(links)]))
         return out
 
     @staticmethod
@@ -302,7 +322,7 @@ class Behind:
             if st.k in ("if", "while") and any(e.k == "name" and e.f["id"] == name for e in walk_exprs(st.f["test"])):
                 chain = self._chain_at(body, st.f["test"].sb)
                 l2 = links + [Link("region", ctx.mod.path, st.line, f"tests {name}", "variable")]
-                out += self._if_regions(ctx, chain, l2)
+                out += self._if_regions(ctx, chain, l2, _naming(name))
         return out
 
     def _name_returned(self, ctx: Ctx, name: str) -> bool:
@@ -372,7 +392,7 @@ class Behind:
                 continue
             l2 = links + [Link("call", c.path, c.line, c.caller, "caller-branch")]
             if st.k in ("if", "while") and st.f["test"].sb <= off < st.f["test"].eb:
-                out += [Region("caller:" + r.arm, r.ctx, r.spans, r.links) for r in self._if_regions(gctx, chain, l2)]
+                out += [Region("caller:" + r.arm, r.ctx, r.spans, r.links) for r in self._if_regions(gctx, chain, l2, _gate_part(st.f["test"], off))]
                 # the caller is itself a resolver when the branches decide what it returns
                 if gctx.kind == "function" and (self._returns_in(st.f["body"]) or self._returns_in(st.f["orelse"])):
                     out += self._caller_regions(gctx, l2, depth - 1, False)
@@ -758,6 +778,41 @@ def _returns_constant(stmts: list[N]) -> bool:
 
 def _relink(link: Link, arm: str) -> Link:
     return Link(link.kind, link.path, link.line, link.text, arm)
+
+
+def _gate_part(test: N, off: int, text=None, expr: str = ""):
+    """The parts of a test that hold the gate: the expression starting at byte `off` whose text is
+    `expr` (else the largest one starting there), or with no `text`, the call starting there (a
+    call of the gate's function in a caller's test). None (the whole test) when none starts there."""
+    starts = [e for e in walk_exprs(test) if e.sb == off]
+    if text is None:
+        starts = [e for e in starts if e.k == "call"]
+    else:
+        want = " ".join(expr.split())
+        starts = [e for e in starts if " ".join(text(e).split()) == want] or starts
+    if not starts:
+        return None
+    g = max(starts, key=lambda e: e.eb - e.sb)
+    return lambda e: g.sb <= e.sb and e.eb <= g.eb or e.sb <= g.sb and g.eb <= e.eb
+
+
+def _naming(name: str):
+    """The parts of a test that read the local `name`."""
+    return lambda e: any(x.k == "name" and x.f["id"] == name for x in walk_exprs(e))
+
+
+def _pins(test: N, carries, value: bool) -> bool:
+    """Whether `test` evaluating to `value` decides the parts `carries` picks (None: all of it).
+    `a and b` is true only when both are, `a or b` false only when both are: one side deciding is
+    enough; otherwise (`a and b` false, `a or b` true) both sides must."""
+    if carries is None:
+        return True
+    if test.k == "not":
+        return _pins(test.f["value"], carries, not value)
+    if test.k == "boolop":
+        left, right = _pins(test.f["left"], carries, value), _pins(test.f["right"], carries, value)
+        return (left or right) if (test.f["op"] == "and") == value else (left and right)
+    return carries(test)
 
 
 def _spans(stmts: list[N]) -> list[tuple[int, int]]:
