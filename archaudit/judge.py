@@ -26,6 +26,7 @@ from .callgraph.dsl import DslCallRule, dsl_rule_for
 from .callgraph.graph import SearchBudgetExceeded
 from .platform import PlatformNeed, need_finder
 from .cuda.includes import IncludeRoot
+from .platform_facts import needs_index, needs_of, refuse_on_platform
 from .ruledata import load_rule
 from .targets import CompileTarget, Gpu, admits_of_nvcc_flags, registry
 
@@ -506,6 +507,7 @@ def judge_gates(gates: list[Gate], gpus: list[tuple[Gpu, CompileTarget]], behind
     findings: list[Finding] = []
     pending: list = []  # software-only and partial findings, planned once every verdict is known
     excluding = [(g, gpu, ct) for g in gates for gpu, ct in gpus if gpu.name not in g.admits]
+    platform = needs_index(known)
 
     def earlier_of(g: Gate) -> list[tuple[str, Gate]]:
         if tests_before is None:
@@ -618,6 +620,9 @@ def judge_gates(gates: list[Gate], gpus: list[tuple[Gpu, CompileTarget]], behind
                         f"could not follow), so {gpu.name} is not shown to be refused here and no edit of an "
                         f"architecture test is shown to decide it; the patch is manual (what the path reaches: "
                         f"{f.reason})")
+        if refuse_on_platform(f, gpu, needs_of(g, platform)):
+            findings.append(f)
+            continue
         if stopped:
             f.reason += "; " + "; ".join(
                 f"{gpu.name} does not get this far unless the gate at {eg.path}:{eg.line} (`{eg.expr}`) lets it through"

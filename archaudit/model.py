@@ -77,6 +77,9 @@ class Gate:
     # GPUs the gate is read as refusing although the test may also let them through there (its
     # outcome hangs on a run-time value as well): not refused for certain; not in the report
     mixed: frozenset = frozenset()
+    # platform features (fields of targets.toml, "nvlink_multicast") the guarded code needs besides the architecture,
+    # as (facility, the flag test as written), from the same condition (python/platform_needs.py)
+    platform_needs: tuple = ()
 
     @property
     def location(self) -> Location:

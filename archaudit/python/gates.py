@@ -30,6 +30,7 @@ from ..sources import Source
 from ..targets import Registry
 from .index import Index, ModuleInfo, collect_defs, decode_check, words_of
 from .interp import GateRecord, Interp
+from .platform_needs import platform_needs
 from .pybytes import (IDENT, SPACE, WORD_BYTE, ExternalRoots, ident_at, module_imports, name_occurrences,
                       qualified, receiver_chain, receiver_roots, split_trailer)
 
@@ -502,6 +503,7 @@ def to_gates(records: list[GateRecord], package_of) -> list[Gate]:
     for r in records:
         node = r.expr_node or r.node
         text = " ".join(r.module.parsed.text(node).split())
+        needs = platform_needs(text, r.region)
         if len(text) > 240:
             text = text[:237] + "..."
         if not r.resolved:
@@ -527,6 +529,7 @@ def to_gates(records: list[GateRecord], package_of) -> list[Gate]:
             via=sorted(r.via),
             decided=frozenset(r.extra.get("decided", ())),
             mixed=frozenset(r.extra.get("mixed", ())),
+            platform_needs=needs,
         )
         key = (g.path, g.line, g.col, g.kind)
         if key not in out:
