@@ -1,4 +1,4 @@
-"""Platform facilities in a gate's condition (fixtures/platform): a refusal that tests NVLink
+"""Platform facilities in a gate's condition (fixtures/gateplatform): a refusal that tests NVLink
 multicast beside the architecture makes the code after it need NVLS, which sm_120 systems lack,
 so widening the architecture test cannot admit sm_120 (hardware-bound, with the test as evidence);
 a gate whose admitted set was inferred through that refusal's function needs it too."""
@@ -11,7 +11,7 @@ from archaudit.python.platform_needs import platform_needs
 
 from conftest import FIXTURES
 
-ROOT = FIXTURES / "platform"
+ROOT = FIXTURES / "gateplatform"
 NVLS = "platform.nvlink_multicast"
 
 # (gate path, line) -> (verdict, [(evidence path, line, feature)])
