@@ -1,0 +1,142 @@
+"""Where a cold scan's time and memory go: per phase and per package (issue 27, the cost part).
+
+    python bench/envcost.py SITE [-t sm_120] [--out STEM]
+
+Runs one cold scan (no cache) in this process with the pipeline's progress callback, and records
+for each phase (the progress message without its numbers) the wall and CPU seconds of this
+process, its RSS and peak RSS (VmHWM) when the phase ends; and for each Python module parsed,
+the phase that first parsed it and the code that asked for it (the first frames outside the
+index), by package, with the module's bytes. Nothing scanned is imported or run. Writes
+STEM.json (and prints a summary); bench/results/ holds the findings written from it by hand.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import resource
+import sys
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from archaudit import pipeline  # noqa: E402
+from archaudit.python import index as pyindex  # noqa: E402
+from archaudit.targets import registry  # noqa: E402
+
+_NUM = re.compile(r"\d[\d,]*")
+
+
+def proc_mem() -> tuple[int, int]:
+    """(VmRSS, VmHWM) of this process in MB."""
+    vals = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(("VmRSS:", "VmHWM:")):
+                vals[line.split(":")[0]] = int(line.split()[1]) // 1024
+    return vals.get("VmRSS", 0), vals.get("VmHWM", 0)
+
+
+def cpu_s() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+class Recorder:
+    def __init__(self):
+        self.t0 = time.perf_counter()
+        self.c0 = cpu_s()
+        self.phase = "start"
+        self.phases: list[dict] = []
+        self.loads: dict[str, dict] = {}
+
+    def key(self, msg: str) -> str:
+        return _NUM.sub("N", msg.split("(")[0].split(":")[0]).strip()
+
+    def close_phase(self) -> None:
+        rss, hwm = proc_mem()
+        self.phases.append({"phase": self.phase, "end_wall_s": round(time.perf_counter() - self.t0, 2),
+                            "end_cpu_s": round(cpu_s() - self.c0, 2), "rss_mb": rss, "hwm_mb": hwm})
+
+    def progress(self, msg, done=None, total=None) -> None:
+        k = self.key(str(msg))
+        if k != self.phase:
+            self.close_phase()
+            self.phase = k
+
+    def who(self) -> str:
+        """The first two frames outside python/index.py and pipeline.py's pool: who asked."""
+        f = sys._getframe(2)
+        out = []
+        while f is not None and len(out) < 2:
+            name = f.f_code.co_filename
+            if not name.endswith(("python/index.py", "bench/envcost.py")):
+                out.append(f"{Path(name).parent.name}/{Path(name).stem}.{f.f_code.co_name}")
+            f = f.f_back
+        return " < ".join(out)
+
+
+def instrument(rec: Recorder) -> None:
+    orig = pyindex.Index._load
+
+    def _load(self, name, path, shallow):
+        info = orig(self, name, path, shallow)
+        if info is not None and name not in rec.loads:
+            rec.loads[name] = {"path": path, "phase": rec.phase, "who": rec.who(), "shallow": shallow,
+                               "bytes": len(info.parsed.src)}
+        return info
+
+    pyindex.Index._load = _load
+
+
+def package_of(path: str) -> str:
+    return path.split("/", 1)[0].removesuffix(".py")
+
+
+def summarize(rec: Recorder) -> dict:
+    per_pkg: dict[str, Counter] = defaultdict(Counter)
+    per_pkg_bytes: Counter = Counter()
+    why: dict[str, Counter] = defaultdict(Counter)
+    for m in rec.loads.values():
+        p = package_of(m["path"])
+        per_pkg[p][m["phase"]] += 1
+        per_pkg_bytes[p] += m["bytes"]
+        why[p][m["who"]] += 1
+    return {
+        "phases": rec.phases,
+        "parsed_per_package": {p: {"modules": sum(c.values()), "bytes": per_pkg_bytes[p], "by_phase": dict(c),
+                                   "asked_by": dict(why[p].most_common(6))}
+                               for p, c in sorted(per_pkg.items(), key=lambda kv: -sum(kv[1].values()))},
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("path")
+    ap.add_argument("-t", "--target", default="sm_120")
+    ap.add_argument("--out", default="/tmp/envcost")
+    args = ap.parse_args()
+    reg = registry()
+    rec = Recorder()
+    instrument(rec)
+    result = pipeline.scan(args.path, [reg.parse(args.target)], reg, progress=rec.progress, cache=None)
+    rec.progress("done")
+    s = summarize(rec)
+    s["stats"] = {k: v for k, v in result.stats.items() if not k.startswith("not_evaluated_")}
+    s["gates"], s["findings"] = len(result.gates), len(result.findings)
+    Path(args.out + ".json").write_text(json.dumps(s, indent=1) + "\n")
+    for ph in s["phases"]:
+        print(f"{ph['phase'][:60]:60s} wall {ph['end_wall_s']:8.1f} cpu {ph['end_cpu_s']:8.1f} "
+              f"rss {ph['rss_mb']:6d} hwm {ph['hwm_mb']:6d}")
+    for p, v in s["parsed_per_package"].items():
+        print(f"{p:30s} {v['modules']:5d} mods {v['bytes'] / 1e6:7.1f} MB {v['by_phase']}")
+        for w, n in v["asked_by"].items():
+            print(f"      {n:5d} {w}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
