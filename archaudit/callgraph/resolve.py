@@ -549,6 +549,8 @@ class Resolver:
         for absmod, _rel, _st in self._star.get(modname, ()):
             if not self.index.has_module(absmod) or self.index.hidden(modname, absmod):
                 continue
+            if not self.index.may_bind(absmod, name):
+                continue  # known from the bytes: not parsed to find nothing
             allowed = self.all_names(absmod)
             if allowed is not None and name not in allowed:
                 continue

@@ -18,6 +18,7 @@ from ..model import Diagnostic
 from ..ruledata import load_rule
 from ..parsing.python_ir import LazyFields, N, ParsedModule, parse_python
 from ..sources import Source
+from .pybytes import star_imports
 
 # the words of a file (words_of): the prefilter workers split each file once, and both the gate
 # finder (identifiers) and the call graph's word index use the result
@@ -133,6 +134,8 @@ class Index:
         self._loaded: set[str] = set()  # modules parsed successfully at least once
         self._spans: dict[str, list[tuple[str, int, int]]] = {}
         self.parses = 0  # parse_python calls (reloads included)
+        # module -> the modules its bytes star-import (None: not understood), see may_bind
+        self._star_bases: dict[str, list[str] | None] = {}
         # parses modules ahead in another process (pipeline.ParsePool); None: all parsed here
         self.parse_pool = None
         # path -> python.gates.byte_facts of the file, when the prefilter computed them
@@ -343,14 +346,53 @@ class Index:
 
     def resolve_relative(self, mod: ModuleInfo, level: int, name: str) -> str:
         """Absolute module name for `from <level dots><name> import ...` inside `mod`."""
-        if level == 0:
-            return name
-        base = mod.name.split(".")
-        if not mod.is_pkg:
-            base = base[:-1]
-        if level > 1:
-            base = base[: len(base) - (level - 1)]
-        return ".".join([*base, name] if name else base)
+        return _relative(mod.name, mod.is_pkg, level, name)
+
+    def may_bind(self, modname: str, name: str) -> bool:
+        """Can module `modname` bind `name` at its top level, itself or through the modules it
+        star-imports, or have a submodule of that name? Decided from the bytes, without a
+        parse: every binding a module makes (def, class, import, assignment) spells the name,
+        so when neither the module's bytes nor those of any module its star imports reach hold
+        it, the name is bound nowhere there. True when unsure (a star import not understood)."""
+        nb = name.encode("utf-8", "surrogatepass")
+        todo, seen = [modname], {modname}
+        while todo:
+            m = todo.pop()
+            m = self.aliases.get(m, m)
+            if nb in self.source_bytes(m) or self.has_module(f"{m}.{name}"):
+                return True
+            bases = self._stars_of(m)
+            if bases is None:
+                return True
+            for b in bases:
+                if b not in seen and self.has_module(b):
+                    seen.add(b)
+                    todo.append(b)
+        return False
+
+    def _stars_of(self, modname: str) -> list[str] | None:
+        """The modules `modname` star-imports, read from its bytes (pybytes.star_imports)."""
+        if modname in self._star_bases:
+            return self._star_bases[modname]
+        path = self.path_of.get(modname)
+        got = star_imports(self.source_bytes(modname)) if path is not None else []
+        out = None if got is None else [
+            _relative(modname, path.endswith("__init__.py"), level, m.decode("utf-8", "surrogateescape"))
+            for level, m in got]
+        self._star_bases[modname] = out
+        return out
+
+
+def _relative(modname: str, is_pkg: bool, level: int, name: str) -> str:
+    """Absolute module name for `from <level dots><name> import ...` inside module `modname`."""
+    if level == 0:
+        return name
+    base = modname.split(".")
+    if not is_pkg:
+        base = base[:-1]
+    if level > 1:
+        base = base[: len(base) - (level - 1)]
+    return ".".join([*base, name] if name else base)
 
 
 def _dotted(path: str) -> str | None:

@@ -364,6 +364,8 @@ class Interp:
                 for base in b["stars"]:
                     if name.startswith("_") or not self.index.has_module(base) or self.index.hidden(modname, base):
                         continue
+                    if not self.index.may_bind(base, name):
+                        continue  # known from the bytes: not parsed to find nothing
                     allv = self.global_value(base, "__all__")
                     listed = allv.single() if allv is not None else None
                     if isinstance(listed, tuple) and name not in listed:

@@ -143,6 +143,26 @@ def module_imports(data: bytes) -> tuple[frozenset, dict] | None:
     return frozenset(out), aliases
 
 
+def star_imports(data: bytes) -> list[tuple[int, bytes]] | None:
+    """(level, module) of every `from <module> import *` in data, comments and strings included
+    (a superset); None when some `import` followed by `*` is not one of that form at the start
+    of a line (`if X: from m import *`, a `\\`-continued prefix): then any name may be bound."""
+    out: list[tuple[int, bytes]] = []
+    for k0, k in _import_keywords(data):
+        i, e = _import_segment(data, k)
+        seg = data[i:e]
+        if b"*" not in seg:
+            continue
+        ls = data.rfind(b"\n", 0, k0) + 1
+        pre = _IMPORT_PREFIX.fullmatch(data, ls, k0)
+        if pre is None or pre.group(1) is None or _COMMENT.sub(b"", seg).strip() != b"*":
+            return None
+        frm = pre.group(1)
+        rest = frm.lstrip(b".")
+        out.append((len(frm) - len(rest), rest))
+    return out
+
+
 def _import_keywords(data: bytes):
     """(start, end) of each `import` word in data (re's `\\bimport\\b`, without its slow scan)."""
     p = data.find(b"import")
