@@ -12,6 +12,7 @@ STEM.json (and prints a summary); bench/results/ holds the findings written from
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import re
 import resource
@@ -92,6 +93,21 @@ def instrument(rec: Recorder) -> None:
     pyindex.Index._load = _load
 
 
+def collect_before_judge(rec: Recorder) -> None:
+    orig = pipeline.judge_scan
+
+    def judge_scan(*a, **k):
+        t = time.perf_counter()
+        before = proc_mem()[0]
+        n = gc.collect()
+        rec.collected = {"objects": n, "seconds": round(time.perf_counter() - t, 2), "rss_before": before,
+                         "rss_after": proc_mem()[0]}
+        print("gc before the verdicts:", rec.collected, flush=True)
+        return orig(*a, **k)
+
+    pipeline.judge_scan = judge_scan
+
+
 def package_of(path: str) -> str:
     return path.split("/", 1)[0].removesuffix(".py")
 
@@ -118,10 +134,14 @@ def main() -> int:
     ap.add_argument("path")
     ap.add_argument("-t", "--target", default="sm_120")
     ap.add_argument("--out", default="/tmp/envcost")
+    ap.add_argument("--collect", action="store_true",
+                    help="experiment: one gc.collect() before the verdicts, timed, with what it freed")
     args = ap.parse_args()
     reg = registry()
     rec = Recorder()
     instrument(rec)
+    if args.collect:
+        collect_before_judge(rec)
     result = pipeline.scan(args.path, [reg.parse(args.target)], reg, progress=rec.progress, cache=None)
     rec.progress("done")
     s = summarize(rec)

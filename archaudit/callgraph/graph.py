@@ -424,13 +424,13 @@ class CallGraph:
         pat = word_pattern(wb)
         # a substring test runs at memchr speed; the word-boundary regex only on hits
         return [m for m in sorted(self.index.path_of)
-                if wb in self.index.source_bytes(m) and pat.search(self.index.source_bytes(m))]
+                if wb in (data := self.index.peek_bytes(m)) and pat.search(data)]
 
     def _build_word_index(self) -> None:
         words: dict[bytes, list[str]] = {}
         facts = self.index.byte_facts or {}
         for m in sorted(self.index.path_of):
-            data = self.index.source_bytes(m)  # read as before: unreadable files have no words
+            data = self.index.peek_bytes(m)  # read as before: unreadable files have no words
             f = facts.get(self.index.path_of[m]) if data else None
             # the prefilter workers already split these bytes into words
             for w in (f[1].split(b"\n") if f is not None else words_of(data)):

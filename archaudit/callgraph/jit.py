@@ -647,7 +647,7 @@ class JitModel:
         while True:  # again when a scanned subclass of a sink class (JitSpecCuteDsl) is a new word
             grew = False
             for i, m in enumerate(mods):
-                data = self.r.index.source_bytes(m)
+                data = self.r.index.peek_bytes(m)  # most are not parsed: their bytes are not kept
                 words = [w for w, alts in needs.items() if w in data and any(all(p in data for p in a) for a in alts)]
                 if not words or done.get(m) == words:
                     continue

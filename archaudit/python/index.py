@@ -18,7 +18,7 @@ from ..model import Diagnostic
 from ..ruledata import load_rule
 from ..parsing.python_ir import LazyFields, N, ParsedModule, parse_python
 from ..sources import Source
-from .pybytes import star_imports
+from .pybytes import literal_all, star_imports
 
 # the words of a file (words_of): the prefilter workers split each file once, and both the gate
 # finder (identifiers) and the call graph's word index use the result
@@ -134,8 +134,8 @@ class Index:
         self._loaded: set[str] = set()  # modules parsed successfully at least once
         self._spans: dict[str, list[tuple[str, int, int]]] = {}
         self.parses = 0  # parse_python calls (reloads included)
-        # module -> the modules its bytes star-import (None: not understood), see may_bind
-        self._star_bases: dict[str, list[str] | None] = {}
+        # module -> its literal __all__ and the modules its bytes star-import (see may_bind)
+        self._star_bases: dict[str, tuple] = {}
         # parses modules ahead in another process (pipeline.ParsePool); None: all parsed here
         self.parse_pool = None
         # path -> python.gates.byte_facts of the file, when the prefilter computed them
@@ -286,6 +286,17 @@ class Index:
                 if isinstance(node.f, LazyFields):
                     node.f.release()  # a no-op unless converted
 
+    def release_shallow(self) -> None:
+        """Drop the IR of the modules held as a shallow parse (the call graph parses what it
+        reads in full, so it would parse them again anyway) and the bytes of every module whose
+        IR is not held: what the gate scan read to decide that most modules need no analysis
+        is not kept for the rest of the scan."""
+        for name in [n for n, info in self._mods.items() if info is not None and info.parsed.shallow]:
+            del self._mods[name]
+        held = {info.path for info in self._mods.values() if info is not None}
+        for p in [p for p in self._bytes if p not in held]:
+            del self._bytes[p]
+
     def function_spans(self, name: str) -> list[tuple[str, int, int]]:
         """(qualname, start byte, end byte) of every function of a module, from its last parse
         (loading it if it was never parsed); survives eviction of the IR."""
@@ -349,20 +360,23 @@ class Index:
         return _relative(mod.name, mod.is_pkg, level, name)
 
     def may_bind(self, modname: str, name: str) -> bool:
-        """Can module `modname` bind `name` at its top level, itself or through the modules it
-        star-imports, or have a submodule of that name? Decided from the bytes, without a
-        parse: every binding a module makes (def, class, import, assignment) spells the name,
-        so when neither the module's bytes nor those of any module its star imports reach hold
-        it, the name is bound nowhere there. True when unsure (a star import not understood)."""
+        """Can `from modname import *` bind `name`: is it in the module's `__all__`, or, without
+        one, can the module bind it at its top level, itself or through the modules it
+        star-imports in turn, or have a submodule of that name? Decided from the bytes, without
+        a parse: every binding a module makes (def, class, import, assignment) spells the name,
+        and an `__all__` read from the bytes (pybytes.literal_all) is the one the analyses
+        evaluate. True when unsure (a star import not understood)."""
         nb = name.encode("utf-8", "surrogatepass")
         todo, seen = [modname], {modname}
         while todo:
             m = todo.pop()
             m = self.aliases.get(m, m)
-            if nb in self.source_bytes(m) or self.has_module(f"{m}.{name}"):
-                return True
-            bases = self._stars_of(m)
-            if bases is None:
+            listed, bases = self._star_facts(m)
+            if listed is not None:
+                if name in listed:
+                    return True
+                continue  # the star import of m gives only what __all__ lists
+            if bases is None or nb in self.source_bytes(m) or self.has_module(f"{m}.{name}"):
                 return True
             for b in bases:
                 if b not in seen and self.has_module(b):
@@ -370,17 +384,29 @@ class Index:
                     todo.append(b)
         return False
 
-    def _stars_of(self, modname: str) -> list[str] | None:
-        """The modules `modname` star-imports, read from its bytes (pybytes.star_imports)."""
-        if modname in self._star_bases:
-            return self._star_bases[modname]
+    def _star_facts(self, modname: str) -> tuple[frozenset | None, list[str] | None]:
+        """(literal __all__ or None, the modules `modname` star-imports or None when not
+        understood), read from its bytes (pybytes.literal_all, pybytes.star_imports)."""
+        got = self._star_bases.get(modname)
+        if got is not None:
+            return got
         path = self.path_of.get(modname)
-        got = star_imports(self.source_bytes(modname)) if path is not None else []
-        out = None if got is None else [
+        data = self.peek_bytes(modname)
+        stars = star_imports(data) if path is not None else []
+        bases = None if stars is None else [
             _relative(modname, path.endswith("__init__.py"), level, m.decode("utf-8", "surrogateescape"))
-            for level, m in got]
-        self._star_bases[modname] = out
-        return out
+            for level, m in stars]
+        got = self._star_bases[modname] = (literal_all(data), bases)
+        return got
+
+    def peek_bytes(self, name: str) -> bytes:
+        """source_bytes without keeping what was not held already (scans of many modules that
+        parse few of them)."""
+        path = self.path_of.get(self.aliases.get(name, name))
+        if path is None:
+            return b""
+        b = self._bytes.get(path)
+        return b if b is not None else (self.source.read(path) or b"")
 
 
 def _relative(modname: str, is_pkg: bool, level: int, name: str) -> str:

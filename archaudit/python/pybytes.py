@@ -163,6 +163,33 @@ def star_imports(data: bytes) -> list[tuple[int, bytes]] | None:
     return out
 
 
+_ALL_WORD = word_pattern(b"__all__")
+_ALL_LIST = re.compile(rb"__all__[ \t]*=[ \t]*[\[(]")
+_ALL_ITEMS = re.compile(rb"""(?:\s*(?:"[A-Za-z0-9_]*"|'[A-Za-z0-9_]*')\s*,)*(?:\s*(?:"[A-Za-z0-9_]*"|'[A-Za-z0-9_]*'))?\s*,?\s*""")
+_LINE_END = re.compile(rb"[ \t]*(?:#[^\n]*)?(?:\n|\Z)")
+_STRING_ITEM = re.compile(rb"""["']([A-Za-z0-9_]*)["']""")
+
+
+def literal_all(data: bytes) -> frozenset | None:
+    """The names of a module's `__all__` when its bytes spell `__all__` once, at the start of a
+    line, as `__all__ = [...]` (or a tuple) of plain string literals (comments allowed); None
+    otherwise (no `__all__`, a computed or extended one: unknown from the bytes)."""
+    hits = [m.start() for m in _ALL_WORD.finditer(data)]
+    if len(hits) != 1 or (hits[0] and data[hits[0] - 1:hits[0]] != b"\n"):
+        return None
+    m = _ALL_LIST.match(data, hits[0])
+    if m is None:
+        return None
+    close = b"]" if data[m.end() - 1:m.end()] == b"[" else b")"
+    end = data.find(close, m.end())
+    if end < 0:
+        return None
+    body = _COMMENT.sub(b"", data[m.end():end])
+    if not _ALL_ITEMS.fullmatch(body) or not _LINE_END.match(data, end + 1):
+        return None
+    return frozenset(x.decode() for x in _STRING_ITEM.findall(body))
+
+
 def _import_keywords(data: bytes):
     """(start, end) of each `import` word in data (re's `\\bimport\\b`, without its slow scan)."""
     p = data.find(b"import")
