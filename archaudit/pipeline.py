@@ -9,7 +9,6 @@ reuses it after checking that one file.
 """
 from __future__ import annotations
 
-import gc
 import mmap
 import multiprocessing
 import os
@@ -207,11 +206,10 @@ def _scan(path, targets, reg, progress, cache, workers) -> ScanResult:
         if parse_pool is not None:
             parse_pool.close()
             index.parse_pool = None
-    # the gate scan's working set (shallow IR, bytes read to be passed over, the interpreter's
-    # values, which hold cycles) is not what the verdicts read: freed before they start
+    # the gate scan's working set (shallow IR, bytes read to be passed over) is not what the
+    # verdicts read: freed before they start
     say("releasing the gate scan's memory")
     index.release_shallow()
-    gc.collect()
     say("looking for architecture checks in C++ host code")
     cpp_gates = rc_job.result() if rc_job is not None else None
     if cpp_gates is None:

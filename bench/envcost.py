@@ -62,11 +62,37 @@ class Recorder:
         self.phases.append({"phase": self.phase, "end_wall_s": round(time.perf_counter() - self.t0, 2),
                             "end_cpu_s": round(cpu_s() - self.c0, 2), "rss_mb": rss, "hwm_mb": hwm})
 
+    census = False
+
     def progress(self, msg, done=None, total=None) -> None:
         k = self.key(str(msg))
         if k != self.phase:
             self.close_phase()
             self.phase = k
+            if self.census and k.startswith("releasing"):
+                self.census_result = census()
+
+
+def census() -> dict:
+    """Objects by type (count, shallow MB) after the gate scan, ModuleInfo objects alive, and
+    what one gc.collect() frees (cycles) and costs."""
+    from archaudit.python.index import ModuleInfo
+    objs = gc.get_objects()
+    by: dict = defaultdict(lambda: [0, 0])
+    for o in objs:
+        e = by[type(o).__name__]
+        e[0] += 1
+        e[1] += sys.getsizeof(o)
+    mods = sum(1 for o in objs if isinstance(o, ModuleInfo))
+    del objs
+    t = time.perf_counter()
+    n = gc.collect()
+    after = sum(1 for o in gc.get_objects() if isinstance(o, ModuleInfo))
+    top = sorted(by.items(), key=lambda kv: -kv[1][1])[:15]
+    out = {"module_infos": mods, "gc_freed_objects": n, "gc_seconds": round(time.perf_counter() - t, 2),
+           "module_infos_after_gc": after, "top_types": {k: [v[0], round(v[1] / 1e6, 1)] for k, v in top}}
+    print("census:", json.dumps(out), flush=True)
+    return out
 
     def who(self) -> str:
         """The first two frames outside python/index.py and pipeline.py's pool: who asked."""
@@ -134,6 +160,7 @@ def main() -> int:
     ap.add_argument("path")
     ap.add_argument("-t", "--target", default="sm_120")
     ap.add_argument("--out", default="/tmp/envcost")
+    ap.add_argument("--census", action="store_true", help="objects by type after the gate scan (see census)")
     ap.add_argument("--collect", action="store_true",
                     help="experiment: one gc.collect() before the verdicts, timed, with what it freed")
     args = ap.parse_args()
@@ -142,6 +169,7 @@ def main() -> int:
     instrument(rec)
     if args.collect:
         collect_before_judge(rec)
+    rec.census = args.census
     result = pipeline.scan(args.path, [reg.parse(args.target)], reg, progress=rec.progress, cache=None)
     rec.progress("done")
     s = summarize(rec)

@@ -226,18 +226,11 @@ def find_python_gates(source: Source, index: Index, reg: Registry, package_of, p
     index.on_evict.append(interp.forget_module)
     relevant: set[str] = set()
     reported: set[tuple[str, str | None]] = set()
-    idents: dict[str, frozenset] = {}
     facts = facts or {}
-
-    def module_idents(m: str) -> frozenset:
-        v = idents.get(m)
-        if v is None:
-            f = facts.get(index.path_of[m])
-            if f is not None:
-                v = idents[m] = fact_idents(f[1])
-            else:
-                v = idents[m] = frozenset(IDENT.findall(index.source_bytes(m)))
-        return v
+    # identifier -> the modules that hold it, made when the first names are searched for; each
+    # round, module -> the names of `names` it holds (see reaching)
+    by_ident: dict[bytes, list[str]] = {}
+    present_in: dict[str, set[bytes]] = {}
 
     # Whether a module's bytes hold a trigger never changes: test each file once, not once a
     # round. A function's span can only match if its module does, and can only name one of
@@ -261,7 +254,7 @@ def find_python_gates(source: Source, index: Index, reg: Registry, package_of, p
         if v is None:
             f = facts.get(index.path_of[m])
             v = dyn_trig[m] = (f[2] if f is not None
-                               else _dynamic_hit(index.source_bytes(m), words=module_idents(m)))
+                               else _dynamic_hit(index.source_bytes(m)))
         return v
 
     def matches(modname: str, data: bytes, start: int, end: int, mod_trig: bool,
@@ -285,7 +278,7 @@ def find_python_gates(source: Source, index: Index, reg: Registry, package_of, p
         imported as; None when it names none of `names`."""
         if m in round_occ:
             return round_occ[m]
-        present = names_b.intersection(module_idents(m)) if names_b else None
+        present = present_in.get(m, set()) if names_b else None
         occ = None
         if present:
             src = index.source_bytes(m)
@@ -325,6 +318,13 @@ def find_python_gates(source: Source, index: Index, reg: Registry, package_of, p
     while True:
         scan.rounds += 1
         round_occ.clear()
+        if names_b:
+            if not by_ident:
+                by_ident.update(_ident_index(modules, facts, index))
+            present_in.clear()
+            for n in names_b:
+                for m in by_ident.get(n, ()):
+                    present_in.setdefault(m, set()).add(n)
         new_rel = {
             m for m in modules
             if m not in relevant and (module_trig(m) or (names_b and uses_names(m)))
@@ -428,6 +428,22 @@ def find_python_gates(source: Source, index: Index, reg: Registry, package_of, p
     scan.gates = to_gates(interp.gates, package_of)
     index.on_evict.remove(interp.forget_module)  # nothing else keeps the interpreter's values
     return scan
+
+
+def _ident_index(modules: list[str], facts: dict, index: Index) -> dict[bytes, list[str]]:
+    """identifier -> the modules (in `modules` order) whose bytes hold it (IDENT), from the
+    prefilter's words where it computed them: one posting per module and identifier, a third of
+    the memory of a set of identifiers per module."""
+    out: dict[bytes, list[str]] = {}
+    for m in modules:
+        f = facts.get(index.path_of[m])
+        for w in (fact_idents(f[1]) if f is not None else frozenset(IDENT.findall(index.peek_bytes(m)))):
+            got = out.get(w)
+            if got is None:
+                out[w] = [m]
+            else:
+                got.append(m)
+    return out
 
 
 def cutoff_view(data: bytes, names: frozenset) -> tuple | None:
