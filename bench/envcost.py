@@ -73,6 +73,18 @@ class Recorder:
                 self.census_result = census()
 
 
+    def who(self) -> str:
+        """The first two frames outside python/index.py and pipeline.py's pool: who asked."""
+        f = sys._getframe(2)
+        out = []
+        while f is not None and len(out) < 2:
+            name = f.f_code.co_filename
+            if not name.endswith(("python/index.py", "bench/envcost.py")):
+                out.append(f"{Path(name).parent.name}/{Path(name).stem}.{f.f_code.co_name}")
+            f = f.f_back
+        return " < ".join(out)
+
+
 def census() -> dict:
     """Objects by type (count, shallow MB) after the gate scan, ModuleInfo objects alive, and
     what one gc.collect() frees (cycles) and costs."""
@@ -93,17 +105,6 @@ def census() -> dict:
            "module_infos_after_gc": after, "top_types": {k: [v[0], round(v[1] / 1e6, 1)] for k, v in top}}
     print("census:", json.dumps(out), flush=True)
     return out
-
-    def who(self) -> str:
-        """The first two frames outside python/index.py and pipeline.py's pool: who asked."""
-        f = sys._getframe(2)
-        out = []
-        while f is not None and len(out) < 2:
-            name = f.f_code.co_filename
-            if not name.endswith(("python/index.py", "bench/envcost.py")):
-                out.append(f"{Path(name).parent.name}/{Path(name).stem}.{f.f_code.co_name}")
-            f = f.f_back
-        return " < ".join(out)
 
 
 def instrument(rec: Recorder) -> None:
