@@ -115,3 +115,15 @@ def test_falsy_unknown_in_the_value_domain():
     # present on every GPU it says nothing about the architecture, like OPAQUE
     av = AV((frozenset({FALSY, False}), frozenset({FALSY, True})))
     assert informative_sets(av, [0, 1]) == [frozenset({False}), frozenset({True})]
+
+
+def test_a_lambda_scope_has_no_statements():
+    # a lambda's body is one expression: what a search finds at an offset inside it is in no
+    # statement (vllm 0.33.0: callers inside lambdas ended the scan of their gates in a TypeError)
+    from archaudit.callgraph.behind import _statements
+    from archaudit.parsing.python_ir import parse_python
+
+    mod = parse_python(b"def f():\n    return 1\n\ng = lambda x: f(x)\n")
+    lam = mod.body[1].f["value"]
+    assert lam.k == "lambda" and _statements(lam) == []
+    assert [s.k for s in _statements(mod.body[0])] == ["return"]

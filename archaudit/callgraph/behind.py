@@ -142,7 +142,7 @@ class Behind:
 
     @staticmethod
     def _body(ctx: Ctx) -> list[N]:
-        return ctx.node.f["body"] if ctx.kind == "function" else ctx.mod.parsed.body
+        return _statements(ctx.node) if ctx.kind == "function" else ctx.mod.parsed.body
 
     def _chain_at(self, body: list[N], off: int) -> list[tuple[list, int, N]]:
         """Statements containing `off`, outermost first: (container, index, statement)."""
@@ -485,8 +485,8 @@ class Behind:
             return ctx.mod.parsed.body
         for node in ctx.mod.bound_defs(ctx.qual):
             if node.sb <= off < node.eb:
-                return node.f["body"]
-        return ctx.node.f["body"]
+                return _statements(node)
+        return _statements(ctx.node)
 
     # ------------------------------------------------------------------ forward search
     def _calls_in(self, region: Region) -> list[Call]:
@@ -830,3 +830,10 @@ def _refuses(chain) -> bool:
     if st.k == "assert":
         return True
     return st.k == "if" and bool(st.f["body"]) and st.f["body"][-1].k == "raise" and not st.f["orelse"]
+
+
+def _statements(node: N) -> list[N]:
+    """A function's statements; none for a lambda, whose body is one expression (what is at an
+    offset inside it is in no statement: followed no further)."""
+    body = node.f["body"]
+    return body if isinstance(body, list) else []
