@@ -522,9 +522,10 @@ class Patcher:
 
     def _reevaluate_build(self, source: Source, gate: Gate) -> Gate | None:
         """The build call's flags after the edit, evaluated by the JIT model over `source`: the
-        GPUs they give code for. When other items come from a parameter (`_FLAGS[target]`), the
-        admitted set is what the call gave before plus what the added flag gives, which holds
-        only if the JIT model reads that flag as an unconditional constant item of the call."""
+        GPUs they give code for. When other items come from a parameter or depend on a condition
+        (`_FLAGS[target]`), the admitted set is what the call gave before plus what the added flag
+        gives, which holds only if the JIT model reads that flag as an unconditional constant
+        item of the call."""
         index = Index(source, [])
         index.path_of, index.module_of_path = dict(self.index.path_of), dict(self.index.module_of_path)
         analysis = Analysis(source, index)
@@ -532,7 +533,10 @@ class Patcher:
         jm = analysis.jit.module(f"{gate.path}:{gate.line}:{gate.col}")
         if jm is None:
             return None
-        if not any(f.kind == "unknown" for f in jm.flag_items) and not any(
+        # flags that differ per variant (`_TARGET_FLAGS[target]`: items "one of the values of ...")
+        # are read here for every variant at once, while the gate holds one variant's: the edit's
+        # own constant flag is added to what the gate admitted
+        if not any(f.kind == "unknown" or f.condition for f in jm.flag_items) and not any(
                 k.startswith("flags-") for k, _ in jm.unresolved):
             adm = build_admits(jm, self.reg)[0]
         else:

@@ -89,6 +89,10 @@ def test_build_flag_gates_at_the_generators(result):
     p28 = next(f for f in result.findings if f.gate.path.endswith("routes.py") and f.gate.line == 28)
     assert "real kernels for sm_120f from stage_sm100a_quantize; not from the others: stage_sm100a_gemm:" in p28.reason
     assert p28.patch and "compute_120f" in p28.patch
+    # a build whose flags differ per variant (`_KIND_FLAGS[target]`): the edit is verified against
+    # what the gate admitted plus what the added flag gives, not against every variant's flags
+    k68 = next(f for f in result.findings if f.gate.path.endswith("specs.py") and f.gate.line == 68)
+    assert k68.patch and "compute_120f,code=sm_120f" in k68.patch
     assert g12.expr == "-gencode=arch=compute_100a,code=sm_100a" and g12.admits == frozenset({"sm_100"})
 
 
