@@ -1179,13 +1179,16 @@ class ConstEval:
     def _record_shape(self, qualname: str, level: int):
         """(fields [(name, default or _NO_DEFAULT, in __init__)], NamedTuple?, truth, names
         `__post_init__` sets) of a scanned dataclass or NamedTuple class, inherited dataclass
-        fields first; Unknown for any other class."""
+        fields first; Unknown for any other class. Kept per class."""
         got = self._shapes.get(qualname)
-        if got is not None:
-            return got
-        c = self.r.ctx(qualname)
-        if c is None or c.kind != "class" or c.node is None or level > 8:
-            return Unknown("runtime-call", f"{qualname}()")
+        if got is None:
+            c = self.r.ctx(qualname)
+            if c is None or c.kind != "class" or c.node is None or level > 8:
+                return Unknown("runtime-call", f"{qualname}()")
+            got = self._shapes[qualname] = self._shape_of(c, qualname, level)
+        return got
+
+    def _shape_of(self, c: Ctx, qualname: str, level: int):
         mctx = self.r.ctx(c.mod.name) or c
         decorated = any(self._is_external(mctx, d.f["func"] if d.k == "call" else d, ("dataclasses.dataclass",))
                         for d in c.node.f.get("decorators") or [])
@@ -1199,13 +1202,13 @@ class ConstEval:
             if isinstance(bv, ClassV) and decorated:
                 base = self._record_shape(bv.qualname, level + 1)
                 if isinstance(base, Unknown):
-                    return self._shapes.setdefault(qualname, base)
+                    return base
                 inherited = [f for f in inherited if f[0] not in {x[0] for x in base[0]}] + list(base[0])
-                continue
-            if not self._is_external(mctx, b, ("typing.Generic", "builtins.object")) and not (b.k == "name" and b.f["id"] == "object"):
-                return self._shapes.setdefault(qualname, Unknown("runtime-call", f"{qualname}(): base {_short(mctx, b)}"))
+            elif not self._is_external(mctx, b, ("typing.Generic", "builtins.object")) and not (
+                    b.k == "name" and b.f["id"] == "object"):
+                return Unknown("runtime-call", f"{qualname}(): base {_short(mctx, b)}")
         if not decorated and not is_tuple:
-            return self._shapes.setdefault(qualname, Unknown("runtime-call", f"{qualname}()"))
+            return Unknown("runtime-call", f"{qualname}()")
         own, methods = [], {}
         for st in c.node.f["body"]:
             if st.k == "def":
@@ -1213,20 +1216,19 @@ class ConstEval:
             elif st.k == "assign" and st.f["annotation"] is not None and len(st.f["targets"]) == 1 \
                     and st.f["targets"][0].k == "name":
                 ann = _short(mctx, st.f["annotation"])
-                if "ClassVar" in ann or "InitVar" in ann:
-                    if "InitVar" in ann:
-                        return self._shapes.setdefault(qualname, Unknown("runtime-call", f"{qualname}(): InitVar"))
-                    continue
-                own.append(self._field(mctx, st.f["targets"][0].f["id"], st.f["value"]))
+                if "InitVar" in ann:
+                    return Unknown("runtime-call", f"{qualname}(): InitVar")
+                if "ClassVar" not in ann:
+                    own.append(self._field(mctx, st.f["targets"][0].f["id"], st.f["value"]))
         if "__init__" in methods or "__new__" in methods:
-            return self._shapes.setdefault(qualname, Unknown("runtime-call", f"{qualname}(): its own __init__"))
+            return Unknown("runtime-call", f"{qualname}(): its own __init__")
         fields = [f for f in inherited if f[0] not in {x[0] for x in own}] + own
         post = methods.get("__post_init__")
         post_set = _set_in_post_init(mctx, post) if post is not None else set()
         if post_set is None:
             post_set = {name for name, _d, _i in fields}
         truth = None if "__bool__" in methods or "__len__" in methods else (bool(fields) if is_tuple else True)
-        return self._shapes.setdefault(qualname, (fields, is_tuple, truth, post_set))
+        return fields, is_tuple, truth, post_set
 
     def _field(self, mctx: Ctx, name: str, value: N | None) -> tuple:
         """(name, default or _NO_DEFAULT, in __init__) of one annotated class-body field."""

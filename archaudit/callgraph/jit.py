@@ -202,9 +202,9 @@ class JitModel:
 
     def literal_variants(self, key: str, fn: str, calls: list[tuple[str, int]], limit: int) -> list[JitModule]:
         """The module of sink `key`, bound along `calls` (see module_via) up to function `fn`, once
-        per value of the `Literal[...]`-annotated parameters of `fn`, when its sources are one of
-        several lists (`record = MODULES[ROUTES[f"{target}:{stage}"]]` with `stage: Literal[...]`):
-        each variant's name, sources and flags then go together (`_TARGET_DEFINE[target]`: one
+        per value of the `Literal[...]`-annotated parameters of `fn`, when its sources or flags
+        differ by that value (`record = MODULES[ROUTES[f"{target}:{stage}"]]` with `stage:
+        Literal[...]`): each variant's name, sources and flags then go together (`_TARGET_DEFINE[target]`: one
         define per variant, never all of them at once). A value whose evaluation fails (a key
         missing from the table) builds nothing and is left out. [] when neither the sources nor
         the flags differ, or there are more than `limit` combinations."""
@@ -212,35 +212,22 @@ class JitModel:
         if not options or math.prod(len(opts) for _name, opts in options) > limit:
             return []
         site = self.r.sinks.get(key)
-        out: list[JitModule] = []
-        seen: set = set()
-        file_sets: set = set()
-        flag_sets: set = set()
+        out: dict[tuple, JitModule] = {}  # (name, files, flags) -> the variant, repeats dropped
         saved = self.ce.fixed
         try:
             for combo in itertools.product(*(opts for _name, opts in options)):
                 env = dict(zip((n for n, _o in options), combo))
                 self.ce.fixed = {**saved, **{(fn, n): v for n, v in env.items()}}
-                self._one_variant(key, calls, env, site, out, seen, file_sets, flag_sets)
+                v = self.module_via(key, calls, env) if calls else self._analyse(site, env) if site else None
+                if v is None or not v.sources or any(k.startswith("sources-") and k[8:] in RAISES
+                                                      for k, _r in v.unresolved):
+                    continue
+                v.source_choices = 1
+                out.setdefault((v.name, tuple(s.path or s.text for s in v.sources), tuple(v.cuda_cflags or ())), v)
         finally:
             self.ce.fixed = saved
-        return out if len(file_sets) > 1 or len(flag_sets) > 1 else []
-
-    def _one_variant(self, key: str, calls: list, env: dict, site, out: list, seen: set, file_sets: set,
-                     flag_sets: set) -> None:
-        """literal_variants' module for one combination of values, added to `out` when it builds
-        something and is not a repeat."""
-        v = self.module_via(key, calls, env) if calls else self._analyse(site, env) if site else None
-        if v is None or not v.sources or any(k.startswith("sources-") and k[8:] in RAISES for k, _r in v.unresolved):
-            return
-        v.source_choices = 1
-        files = tuple(s.path or s.text for s in v.sources)
-        flags = tuple(v.cuda_cflags or ())
-        if (v.name, files, flags) not in seen:
-            seen.add((v.name, files, flags))
-            out.append(v)
-            file_sets.add(files)
-            flag_sets.add(flags)
+        differ = len({k[1] for k in out}) > 1 or len({k[2] for k in out}) > 1
+        return list(out.values()) if differ else []
 
     def _analyse(self, site: SinkSite, env: dict | None = None) -> JitModule:
         ctx, call, rule = site.ctx, site.call, site.rule
