@@ -1,7 +1,8 @@
 """Unknowns from the environment beside the architecture: an override read before the device
 query (fixtures/envarch, flash_attn.cute's `_get_device_arch`) and a CUDA-version test `and`ed
-with the capability (fixtures/cudaver, sgl_kernel's `is_fa3_supported`). Neither unknown decides
-a gate, and neither hides the device's own path."""
+with the capability (fixtures/cudaver, sgl_kernel's `is_fa3_supported`), and an env flag `and`ed
+with a platform attribute that reads an override dict first (fixtures/envplatform, sglang's
+`_can_use_mega_mhc`). No such unknown decides a gate, and none hides the device's own path."""
 from archaudit.pipeline import scan
 
 from conftest import FIXTURES
@@ -53,3 +54,12 @@ def test_cuda_version_and_capability(reg):
                                      "sm_120", "sm_121"])
     assert [(x.gate.line, x.verdict) for x in res.findings] == [
         (12, "no-gpu-code"), (18, "unresolved"), (31, "no-gpu-code")]
+
+
+def test_env_flag_and_platform_override(reg):
+    res = scan(FIXTURES / "envplatform", [reg.parse("sm_120")])
+    via = ("inferred: mhckit.common._check_cuda_device_version -> mhckit.common.get_device_sm -> "
+           "mhckit.model._can_use_mega_mhc -> mhckit.platform.PlatformContext.__getattr__")
+    assert _gates(res, reg) == [("mhckit/model.py", 15, "predicate-call", "branch", SM10X, via)]
+    assert "environment-dependent on sm_100, sm_103, sm_107" in res.gates[0].via
+    assert [(x.gate.line, x.verdict) for x in res.findings] == [(15, "unresolved")]

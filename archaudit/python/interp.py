@@ -1239,7 +1239,12 @@ class Interp:
         use of the value, `(_is_sm90 or _is_sm100) and n > 0` in a predicate function, look
         truthy on every GPU; `torch.version.cuda >= "12.8" and major == 10` kept as ENV would
         look truthy on sm_120, where it is never true). An unknown condition that stops `a or b`
-        stays itself (ENV): it marks the GPUs where a test may hold."""
+        stays itself (ENV): it marks the GPUs where a test may hold.
+
+        An unknown value (OPAQUE) that an unknown condition (ENV) lets through `a and b` becomes
+        that condition: it can be truthy only where the condition may hold. Kept as OPAQUE it
+        would be the same on every GPU (`is_sm100 and not cfg.flag`, with is_sm100 ENV on SM10x
+        only, would give {FALSY, OPAQUE} everywhere) and the test would lose its architecture."""
         sets = []
         for sa, sb in zip(a.sets, b.sets):
             acc = set()
@@ -1249,7 +1254,7 @@ class Interp:
                     acc.add(x)
                 elif t is None:
                     acc.add(FALSY if not short_circuit_on and (x is OPAQUE or x is ENV) else x)
-                    acc |= sb
+                    acc |= _through_env(sb) if not short_circuit_on and x is ENV else sb
                 else:
                     acc |= sb
             sets.append(cap(frozenset(acc)))
@@ -1958,6 +1963,11 @@ def _not(x):
     if t is None or x is FALSY:
         return ENV  # `not _is_cuda` stays an unknown from the environment, not a definite True
     return not t
+
+
+def _through_env(s: frozenset) -> frozenset:
+    """The values `ENV and b` may take from b: an unknown value (OPAQUE) is the condition (ENV)."""
+    return (s - UNKNOWN_SET) | {ENV} if OPAQUE in s else s
 
 
 def _opaque_to_env(av: AV) -> AV:
