@@ -1241,10 +1241,14 @@ class Interp:
         look truthy on sm_120, where it is never true). An unknown condition that stops `a or b`
         stays itself (ENV): it marks the GPUs where a test may hold.
 
-        An unknown value (OPAQUE) that an unknown condition (ENV) lets through `a and b` becomes
-        that condition: it can be truthy only where the condition may hold. Kept as OPAQUE it
-        would be the same on every GPU (`is_sm100 and not cfg.flag`, with is_sm100 ENV on SM10x
-        only, would give {FALSY, OPAQUE} everywhere) and the test would lose its architecture."""
+        An unknown value (OPAQUE) that `a and b` lets through where `a` is an unknown condition
+        (ENV) found on some GPUs only becomes that condition: it can be truthy only where the
+        condition may hold. Kept as OPAQUE it would be the same on every GPU (`is_sm100 and not
+        cfg.flag`, with is_sm100 ENV on SM10x only and an override's OPAQUE everywhere, would give
+        {FALSY, OPAQUE} everywhere) and the test would lose its architecture. An ENV on every GPU
+        (`quantization == "nvfp4" and is_blackwell`) says nothing about the GPU: the value is kept,
+        else the override's OPAQUE would become the same ENV as the device's own condition."""
+        per_gpu_env = not short_circuit_on and _env_on_some_gpus(a)
         sets = []
         for sa, sb in zip(a.sets, b.sets):
             acc = set()
@@ -1254,7 +1258,7 @@ class Interp:
                     acc.add(x)
                 elif t is None:
                     acc.add(FALSY if not short_circuit_on and (x is OPAQUE or x is ENV) else x)
-                    acc |= _through_env(sb) if not short_circuit_on and x is ENV else sb
+                    acc |= _through_env(sb) if per_gpu_env and x is ENV else sb
                 else:
                     acc |= sb
             sets.append(cap(frozenset(acc)))
@@ -1963,6 +1967,18 @@ def _not(x):
     if t is None or x is FALSY:
         return ENV  # `not _is_cuda` stays an unknown from the environment, not a definite True
     return not t
+
+
+def _env_on_some_gpus(av: AV) -> bool:
+    """Whether an unknown condition (ENV) is possible on some GPUs and not on every reached one."""
+    seen = missing = False
+    for s in av.sets:
+        if s:
+            if ENV in s:
+                seen = True
+            else:
+                missing = True
+    return seen and missing
 
 
 def _through_env(s: frozenset) -> frozenset:
