@@ -173,3 +173,16 @@ def test_every_def_of_a_redefined_name_is_scanned_and_a_call_runs_the_bound_one(
         (11, ["sm_120", "sm_121"]),
         (14, ["sm_100", "sm_103", "sm_107"]),
     ]
+
+
+def test_container_filled_in_place(reg):
+    """A list appended to in a loop and a dict given a key (fixtures/mutation) are not the empty
+    constants they started as: the refusals on their emptiness are not certain, and the
+    capability tests after them are reached and found."""
+    res = scan(FIXTURES / "mutation", [reg.parse("sm_120")])
+    sm10x = ["sm_100", "sm_103", "sm_107"]
+    assert [(g.path, g.line, g.kind, g.region, reg.sort_names(g.admits)) for g in res.gates] == [
+        ("mutkit/specs.py", 22, "capability-compare", "branch", sm10x),
+        ("mutkit/specs.py", 30, "capability-compare", "branch", sm10x),
+    ]
+    assert [(x.gate.line, x.verdict) for x in res.findings] == [(22, "unresolved"), (30, "unresolved")]

@@ -671,8 +671,22 @@ class Interp:
         elif name in fr.via and all(m == 1 for m in fr.mask):
             del fr.via[name]
 
+    def _forget_mutated(self, receiver: N, fr: Frame) -> None:
+        """`specs.append(x)`, `d[k] = v`: a list, dict or set held by a local name is changed in
+        place, which the values (immutable constants) cannot follow. The name becomes an unknown
+        value from there on, never the container as it was before (`specs = []`, appended to in a
+        loop, then `tuple(specs)` is not `()`)."""
+        if receiver.k != "name":
+            return
+        name = receiver.f["id"]
+        av = fr.env.get(name)
+        if isinstance(av, AV) and any(isinstance(v, _CONTAINERS) for s in av.sets for v in s):
+            self._assign_name(fr, name, self.dom.OPAQUE)
+
     def _bind_target(self, fr: Frame, target: N, av: AV, via: frozenset) -> None:
         k = target.k
+        if k == "subscript":
+            self._forget_mutated(target.f["value"], fr)
         if k == "name":
             self._assign_name(fr, target.f["id"], av, via)
         elif k in ("tuple", "list"):
@@ -721,6 +735,8 @@ class Interp:
                 cur = self.eval(t, fr)
                 val = self.eval(st.f["value"], fr)
                 self._assign_name(fr, t.f["id"], self._binop(st.f["op"], cur, val))
+            elif t.k == "subscript":
+                self._forget_mutated(t.f["value"], fr)
         elif k == "if":
             self._exec_if(st, fr)
         elif k == "return":
@@ -1350,6 +1366,8 @@ class Interp:
         if fr.report and callee_name in self.rules.jit_builders:
             self._check_jit_flags(n, fr, kwargs)
 
+        if callee_name in _MUTATORS and fn_node.k == "attr":
+            self._forget_mutated(fn_node.f["value"], fr)
         result = self._call_value(func, args, kwargs, callee_name)
         if callee_name in self.rules.target_predicates and not self.arch_dependent(result) and self._unknownish(func):
             # defined outside Python (tilelang's C++ through tvm_ffi): the rules say what it tests
@@ -1967,6 +1985,12 @@ def _not(x):
     if t is None or x is FALSY:
         return ENV  # `not _is_cuda` stays an unknown from the environment, not a definite True
     return not t
+
+
+# methods that change a list, dict or set in place (see Interp._forget_mutated)
+_MUTATORS = frozenset(("append", "extend", "insert", "remove", "pop", "popitem", "clear", "sort", "reverse",
+                       "update", "setdefault", "add", "discard", "__setitem__", "__delitem__", "__iadd__"))
+_CONTAINERS = (tuple, FrozenDict, frozenset, list, dict, set)
 
 
 def _env_on_some_gpus(av: AV) -> bool:
