@@ -529,7 +529,7 @@ class Behind:
                     for nc in self._passed(c.callee, pc, pname, [c], incoming):
                         visit(nc, c.callee, depth[c.callee] + 1)
                 return
-            if self.r.ctx(c.callee) is None or self.g.index.hidden(origin, c.callee):
+            if self.g.index.hidden(origin, c.callee) or self.r.ctx(c.callee) is None:
                 if externals is not None and c.how != "builtin" and not c.callee.startswith("<") and c.callee not in externals:
                     externals[c.callee] = self._path(parent, prev) + [c]
                 return

@@ -296,7 +296,7 @@ class Confiner:
                 return
             if callee in parent:
                 return
-            if self.r.ctx(callee) is None or self.g.index.hidden(self._origin, callee):
+            if self.g.index.hidden(self._origin, callee) or self.r.ctx(callee) is None:
                 top = callee.split(".", 1)[0]
                 if self.holds_gpu_code(callee):
                     raise _Stop(f"{c.path}:{c.line}: calls {callee}, code outside the scan that can hold GPU code")

@@ -104,6 +104,11 @@ class CallGraph:
         if name not in self.g:
             self.g.add_node(name, kind=kind, path=path, line=line)
 
+    def _in_outside_package(self, caller: str, callee: str) -> bool:
+        """A callee in a package with nothing architecture-dependent (Index.outside) called from
+        another package: external, named without parsing its module."""
+        return callee.split(".", 1)[0] in self.index.outside and self.index.hidden(caller, callee)
+
     def _def_node(self, qualname: str) -> bool:
         d = self.r.defn(qualname)
         if d is None:
@@ -382,7 +387,7 @@ class CallGraph:
             self._node(callee, "unresolved")
         elif callee.startswith("<builtin>"):
             self._node(callee, "builtin")
-        elif not self._def_node(callee):
+        elif self._in_outside_package(c.caller, callee) or not self._def_node(callee):
             self._node(callee, "external")
         self._node(c.caller, "function")
         if self.g.has_edge(c.caller, callee):

@@ -141,7 +141,11 @@ class Index:
         # path -> python.gates.byte_facts of the file, when the prefilter computed them
         self.byte_facts: dict | None = None
         # top-level packages other packages read as outside the scan (rules/externals.toml runtimes)
+        self.path_based = path_based
         self.runtimes: frozenset[str] = frozenset(load_rule("externals").get("runtimes", []))
+        # top-level packages with nothing architecture-dependent in their bytes (python/scope.py),
+        # read as outside the scan from other packages like the runtimes; set by find_python_gates
+        self.outside: frozenset[str] = frozenset()
         dirs_with_init = {p.rsplit("/", 1)[0] for p in py_files if p.endswith("/__init__.py")}
         # a directory reached through a symlink is a package under the link's path too
         dirs_with_init |= {a.rsplit("/", 1)[0] for a in getattr(source, "aliases", {}) if a.endswith("/__init__.py")}
@@ -199,11 +203,12 @@ class Index:
 
     def hidden(self, frm: str, target: str) -> bool:
         """Is `target` (a module or a dotted name in one) read as outside the scan from module
-        `frm`? Yes for a runtime's (rules/externals.toml runtimes) seen from another package: the
+        `frm`? Yes for a runtime's (rules/externals.toml runtimes) or a package without anything
+        architecture-dependent (`outside`) seen from another package: the
         verdicts of the package that calls it must be those it gets with the runtime not
         scanned, whatever sits beside it in the site-packages."""
         top = target.split(".", 1)[0]
-        return top in self.runtimes and top != frm.split(".", 1)[0]
+        return (top in self.runtimes or top in self.outside) and top != frm.split(".", 1)[0]
 
     def source_bytes(self, name: str) -> bytes:
         """The module's bytes (read once), b"" when unreadable."""
