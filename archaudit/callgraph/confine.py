@@ -40,11 +40,13 @@ from ..python.pybytes import word_pattern
 from .behind import path_to_call
 from .graph import UNRESOLVED_PREFIX, Call
 from .resolve import Ctx, iter_stmts, walk_exprs
+from .stateflow import State, StateReads, flat_targets, in_comment, state_of, written_targets
 
 MAX_CALLER_LEVELS = 3
 MAX_NODES = 4000
 MAX_DEPTH = 10
 MAX_CALL_SITES = 64
+MAX_STATES = 16  # states (attributes, globals) followed for one gate
 CONSTRUCTORS = ("__init__", "__post_init__", "__new__", "__init_subclass__")
 _LEAVES_FUNCTION = ("return", "raise", "assert")
 NORETURN_METHODS = ("skipTest", "skip", "fail", "xfail", "exit", "abort", "_exit")
@@ -84,6 +86,9 @@ class Confiner:
         self._pending: list[str] = []  # stops found while collecting, said after the search
         self._allowed: dict[str, list[tuple[int, int]]] = {}  # module -> spans where naming is not a use
         self._origin = ""  # the module of the gate being checked
+        self.reads = StateReads(behind)
+        self._states: set = set()  # states followed for the gate being checked
+        self._via = ""  # the state read being followed, to name it where the search stops
 
     def check(self, site) -> Confinement:
         ctx = self.b.locate(site)
@@ -92,6 +97,8 @@ class Confiner:
         self._origin = ctx.mod.name  # a runtime is outside the scan from here (Index.hidden)
         work: list[tuple[Ctx, list[tuple[int, int]]]] = []
         self._pending = []
+        self._states = set()
+        self._via = ""
         try:
             off = self.b._offset(ctx, site.line, site.col)
             self._statement(ctx, off, None, work, MAX_CALLER_LEVELS, set())
@@ -124,24 +131,11 @@ class Confiner:
             path = path_to_call(st, off, "")
             if path is None or any(n.k in ("lambda", "comp") for n in path):
                 raise _Stop(f"{where}: the call is deferred (a lambda or comprehension), when it runs is not followed")
-        if st.k in ("if", "while") and st.f["test"].sb <= off < st.f["test"].eb:
-            arms = st.f["body"] + st.f["orelse"]
-            exits = any(s.k in _LEAVES_FUNCTION + _LEAVES_LOOP for s in iter_stmts(arms)) or self._may_not_return(ctx, arms)
-            changed = fbody if exits or _read_outside(fbody, arms, _bound_names(arms) | _receivers(arms)) else arms
-        elif st.k in ("assign", "augassign"):
-            targets = st.f["targets"] if st.k == "assign" else [st.f["target"]]
-            names = {x.f["id"] for t in targets for x in _flat_targets(t) if x.k == "name"}
-            changed = fbody if _read_outside(fbody, [st], names) else [st]
-        elif st.k in ("assert", "return"):
-            changed = fbody if st.k == "assert" else [st]
-        elif st.k == "expr" and call is not None and st.f["value"].sb == call.sb:
-            changed = fbody  # a call as a statement: what it changes is whether it raises
-        else:
-            raise _Stop(f"{where}: the value is used in a `{st.k}` statement, which is not followed")
-        self._no_state_writes(ctx, changed)
-        if ctx.kind == "function" and any(s.k in ("global", "nonlocal") for s in iter_stmts(fbody)):
-            raise _Stop(f"{where}: {ctx.qualname} declares global or nonlocal names")
-        work.append((ctx, _spans(changed)))
+        changed = self._changed(ctx, st, off, call, fbody, where)
+        if ctx.kind == "function" and any(s.k == "nonlocal" for s in iter_stmts(fbody)):
+            raise _Stop(f"{where}: {ctx.qualname} declares nonlocal names")
+        work.append((ctx, _spans(changed), self._via))
+        self._state_writes(ctx, changed, work, levels, seen)
         # what leaves the function: a raise or assert, a value returned (a bare `return` only skips
         # code that is itself in `changed`), the gate's own `return`
         leaves = st.k == "return" or (call is not None and st.k == "expr") or any(
@@ -151,16 +145,76 @@ class Confiner:
         if st.k in ("if", "while") and st.f["test"].sb <= off < st.f["test"].eb:
             arms = st.f["body"] + st.f["orelse"]
             by_value = any(s.k == "return" and s.f["value"] is not None for s in iter_stmts(arms)) or \
-                _flows_to_return(fbody, _bound_names(arms) | _receivers(arms))
+                _flows_to_return(fbody, _bound_names(arms) | _receivers(arms) | _written_bases(arms, ctx))
         elif st.k in ("assign", "augassign"):
             by_value = _flows_to_return(fbody, {x.f["id"] for t in (st.f["targets"] if st.k == "assign" else [st.f["target"]])
-                                                for x in _flat_targets(t) if x.k == "name"})
+                                                for x in flat_targets(t) if x.k == "name"})
         else:
-            by_value = st.k == "return"
+            by_value = st.k == "return" or (st.k == "expr" and call is None and
+                                            _flows_to_return(fbody, _receivers([st]) | _written_bases([st], ctx)))
         if leaves or self._may_not_return(ctx, changed):
             if ctx.kind != "function":
                 raise _Stop(f"{where}: module-level code that raises stops the import of {ctx.mod.name}")
             self._callers(ctx, work, levels, seen, by_value)
+
+    def _changed(self, ctx: Ctx, st: N, off: int, call: N | None, fbody: list[N], where: str) -> list[N]:
+        """The statements whose behaviour the value at `off` in statement `st` changes."""
+        if st.k in ("if", "while") and st.f["test"].sb <= off < st.f["test"].eb:
+            arms = st.f["body"] + st.f["orelse"]
+            exits = any(s.k in _LEAVES_FUNCTION + _LEAVES_LOOP for s in iter_stmts(arms)) or self._may_not_return(ctx, arms)
+            names = _bound_names(arms) | _receivers(arms) | _written_bases(arms, ctx)
+            return fbody if exits or _read_outside(fbody, arms, names) else arms
+        if st.k in ("assign", "augassign"):
+            targets = st.f["targets"] if st.k == "assign" else [st.f["target"]]
+            names = {x.f["id"] for t in targets for x in flat_targets(t) if x.k == "name"} | _written_bases([st], ctx)
+            return fbody if _read_outside(fbody, [st], names) else [st]
+        if st.k in ("assert", "return"):
+            return fbody if st.k == "assert" else [st]
+        if st.k == "expr" and call is not None and st.f["value"].sb == call.sb:
+            return fbody  # a call as a statement: what it changes is whether it raises
+        if st.k == "expr" and call is not None:
+            return fbody  # a call inside an expression statement: its value and whether it raises
+        if st.k == "expr":
+            # a state read passed to a call: the calls it makes, and what their receivers hold
+            return fbody if _read_outside(fbody, [st], _receivers([st]) | _written_bases([st], ctx)) else [st]
+        if st.k in ("for", "with") and call is None:
+            return fbody  # a state read in a loop's iterable or a context manager
+        raise _Stop(f"{where}: the value is used in a `{st.k}` statement, which is not followed")
+
+    def _state_writes(self, ctx: Ctx, stmts: list[N], work: list, levels: int, seen: set) -> None:
+        """Follow what the statements store (callgraph/stateflow.py) to where it is read; stop at
+        opaque syntax and at stores whose readers cannot be listed."""
+        local = self.r.locals_of(ctx) if ctx.kind == "function" else {}
+        for s in iter_stmts(stmts):
+            if s.k == "other":
+                raise _Stop(f"{ctx.mod.path}:{s.line}: syntax read as opaque in the code the gate changes")
+        for s, x in written_targets(stmts):
+            got = state_of(ctx, x, local, f"{ctx.mod.path}:{s.line}", ctx.mod.parsed.text(x)[:60])
+            if isinstance(got, str):
+                raise _Stop(got)
+            if got is not None and got.kind != "local":
+                self._follow_state(got, work, levels, seen)
+
+    def _follow_state(self, st: State, work: list, levels: int, seen: set) -> None:
+        """Each read of the state is followed as if it were the gate's value."""
+        if st.key in self._states:
+            return
+        if len(self._states) >= MAX_STATES:
+            raise _Stop(f"{st.where}: the code the gate changes writes {st.text}; more than {MAX_STATES} "
+                        f"states written on the way, not followed")
+        self._states.add(st.key)
+        sites, why = self.reads.reads(st)
+        if why:
+            raise _Stop(f"{st.where}: the code the gate changes writes {st.text}; {why}")
+        outer = self._via
+        for rctx, off in sites:
+            self._via = f"{st.text} (written at {st.where}) read at {rctx.mod.path}:{self.b._line_of(rctx, off)}"
+            try:
+                self._statement(rctx, off, None, work, levels, seen)
+            except _Stop as e:
+                raise _Stop(f"{e}; following {self._via}") if "; following " not in str(e) else e
+            finally:
+                self._via = outer
 
     def _may_not_return(self, ctx: Ctx, stmts: list[N]) -> bool:
         """Whether a call among the statements can end the function without a `raise` of its own:
@@ -242,7 +296,7 @@ class Confiner:
                 line = data.count(b"\n", 0, x.start()) + 1
                 if (path, line) in lines or defn.search(data[max(0, x.start() - 16):x.start()]):
                     continue
-                if _in_comment(data, x.start()) or any(a <= x.start() < b for a, b in allowed):
+                if in_comment(data, x.start()) or any(a <= x.start() < b for a, b in allowed):
                     continue
                 if self._other_function_called(ctx, m, mod, x.start(), line, short):
                     continue
@@ -262,18 +316,6 @@ class Confiner:
                         if owner is not None and owner.kind == "module":
                             return True
         return False
-
-    def _no_state_writes(self, ctx: Ctx, stmts: list[N]) -> None:
-        for s in iter_stmts(stmts):
-            if s.k == "other":
-                raise _Stop(f"{ctx.mod.path}:{s.line}: syntax read as opaque in the code the gate changes")
-            if s.k in ("assign", "augassign"):
-                targets = s.f["targets"] if s.k == "assign" else [s.f["target"]]
-                for t in targets:
-                    for x in _flat_targets(t):
-                        if x.k != "name":
-                            raise _Stop(f"{ctx.mod.path}:{s.line}: the code the gate changes writes "
-                                        f"{ctx.mod.parsed.text(x)[:60]}, read elsewhere")
 
     # ------------------------------------------------------------ the search
     def _search(self, work: list) -> int:
@@ -309,23 +351,33 @@ class Confiner:
             parent[callee] = d
             q.append(callee)
 
-        for ctx, spans in work:
-            for c in self.g.expand(ctx.qualname):
-                o = self.b._offset(ctx, c.line, c.col)
-                if any(a <= o < b for a, b in spans):
+        via: dict[str, str] = {}  # function -> the state read its search started from
+        current = ""
+        try:
+            for ctx, spans, current in work:
+                for c in self.g.expand(ctx.qualname):
+                    o = self.b._offset(ctx, c.line, c.col)
+                    if any(a <= o < b for a, b in spans):
+                        visit(c, 1)
+                        via.setdefault(c.callee, current)
+                for c in self._callbacks(ctx, spans):
                     visit(c, 1)
-            for c in self._callbacks(ctx, spans):
-                visit(c, 1)
-        while q:
-            fn = q.popleft()
-            self._function_ok(fn)
-            for c in self.g.expand(fn):
-                visit(c, parent[fn] + 1)
-            fctx = self.r.ctx(fn)
-            if fctx is not None and fctx.kind == "function" and fctx.node is not None:
-                for c in self._callbacks(fctx, [(fctx.node.sb, fctx.node.eb)]):
+                    via.setdefault(c.callee, current)
+            while q:
+                fn = q.popleft()
+                current = via.get(fn, "")
+                self._function_ok(fn)
+                for c in self.g.expand(fn):
                     visit(c, parent[fn] + 1)
-        funcs = set(parent) | {ctx.qualname for ctx, _ in work if ctx.kind == "function"}
+                    via.setdefault(c.callee, current)
+                fctx = self.r.ctx(fn)
+                if fctx is not None and fctx.kind == "function" and fctx.node is not None:
+                    for c in self._callbacks(fctx, [(fctx.node.sb, fctx.node.eb)]):
+                        visit(c, parent[fn] + 1)
+                        via.setdefault(c.callee, current)
+        except _Stop as e:
+            raise _Stop(f"{e}; following {current}" if current and "; following " not in str(e) else str(e)) from None
+        funcs = set(parent) | {ctx.qualname for ctx, _s, _v in work if ctx.kind == "function"}
         sinks = self.binary_sinks(funcs)
         if sinks:
             s = sinks[0]
@@ -376,7 +428,7 @@ class Confiner:
             if s.k in ("assign", "augassign"):
                 targets = s.f["targets"] if s.k == "assign" else [s.f["target"]]
                 for t in targets:
-                    for x in _flat_targets(t):
+                    for x in flat_targets(t):
                         base = _base_name(x)
                         if x.k != "name" and base in params:
                             return f"{ctx.mod.path}:{s.line}: {fn} writes {ctx.mod.parsed.text(x)[:60]}"
@@ -397,14 +449,6 @@ class Confiner:
             and not self.holds_gpu_code(dotted) and not self.passes_objects(dotted)
 
 
-def _flat_targets(t: N) -> list[N]:
-    if t.k in ("tuple", "list"):
-        return [x for e in t.f["elts"] for x in _flat_targets(e)]
-    if t.k == "starred":
-        return _flat_targets(t.f["value"])
-    return [t]
-
-
 def _base_name(x: N) -> str | None:
     while x.k in ("attr", "subscript"):
         x = x.f["value"]
@@ -416,13 +460,13 @@ def _bound_names(stmts: list[N]) -> set[str]:
     for s in iter_stmts(stmts):
         if s.k in ("assign", "augassign"):
             for t in (s.f["targets"] if s.k == "assign" else [s.f["target"]]):
-                out |= {x.f["id"] for x in _flat_targets(t) if x.k == "name"}
+                out |= {x.f["id"] for x in flat_targets(t) if x.k == "name"}
         elif s.k == "for":
-            out |= {x.f["id"] for x in _flat_targets(s.f["target"]) if x.k == "name"}
+            out |= {x.f["id"] for x in flat_targets(s.f["target"]) if x.k == "name"}
         elif s.k == "with":
             for _v, tgt in s.f["items"]:
                 if tgt is not None:
-                    out |= {x.f["id"] for x in _flat_targets(tgt) if x.k == "name"}
+                    out |= {x.f["id"] for x in flat_targets(tgt) if x.k == "name"}
         elif s.k in ("def", "class"):
             out.add(s.f["name"])
         elif s.k == "import":
@@ -445,7 +489,8 @@ def _receivers(stmts: list[N]) -> set[str]:
 
 def _flows_to_return(body: list[N], names: set[str]) -> bool:
     """Whether a value bound to one of the names can be returned: through assignments from
-    expressions naming it and method calls taking it (`out.append(x)`), to a `return`."""
+    expressions naming it (to a name, or into an item or attribute of one) and method calls taking
+    it (`out.append(x)`), to a `return`."""
     names = set(names)
     stmts = list(iter_stmts(body))
     grew = True
@@ -454,10 +499,11 @@ def _flows_to_return(body: list[N], names: set[str]) -> bool:
         for s in stmts:
             new: set[str] = set()
             if s.k in ("assign", "augassign") and _names_in(s.f["value"]) & names:
+                # `d[k] = x`, `o.a = x`: the value is now in `d`, `o`
                 for t in (s.f["targets"] if s.k == "assign" else [s.f["target"]]):
-                    new |= {x.f["id"] for x in _flat_targets(t) if x.k == "name"}
+                    new |= {b for x in flat_targets(t) if (b := _base_name(x))}
             elif s.k == "for" and _names_in(s.f["iter"]) & names:
-                new |= {x.f["id"] for x in _flat_targets(s.f["target"]) if x.k == "name"}
+                new |= {x.f["id"] for x in flat_targets(s.f["target"]) if x.k == "name"}
             for e in walk_exprs([v for k, v in s.f.items() if k not in ("body", "orelse", "handlers", "final")]):
                 if e.k == "call" and e.f["func"].k == "attr" and any(
                         _names_in(a) & names for a in list(e.f["args"]) + [v for _k, v in e.f["kwargs"]]):
@@ -468,6 +514,19 @@ def _flows_to_return(body: list[N], names: set[str]) -> bool:
                 names |= new
                 grew = True
     return any(s.k == "return" and s.f["value"] is not None and _names_in(s.f["value"]) & names for s in stmts)
+
+
+def _written_bases(stmts: list[N], ctx: Ctx) -> set[str]:
+    """Names whose items or attributes the statements write (`d[k] = v`, `d.x = v`), other than
+    the method's own object (whose attributes are followed as state)."""
+    own = (ctx.self_name or "").removeprefix("@cls:")
+    out = set()
+    for _s, x in written_targets(stmts):
+        if x.k != "name":
+            base = _base_name(x)
+            if base and base != own:
+                out.add(base)
+    return out
 
 
 def _names_in(x) -> set[str]:
@@ -487,8 +546,3 @@ def _read_outside(body: list[N], inside: list[N], names: set[str]) -> bool:
 
 def _spans(stmts: list[N]) -> list[tuple[int, int]]:
     return [(s.sb, s.eb) for s in stmts]
-
-
-def _in_comment(data: bytes, pos: int) -> bool:
-    start = data.rfind(b"\n", 0, pos) + 1
-    return b"#" in data[start:pos]
