@@ -24,13 +24,14 @@ EXPECTED_SM120 = {
                               "following _USE_FAST (written at sfpkg/layers.py:47) read at sfpkg/layers.py:51"),
     ("sfpkg/layers.py", 57): ("unresolved", NOT_SHOWN + "sfpkg/layers.py:58: the code the gate changes writes "
                               "hints[\"num_ctas\"], an item of the parameter hints"),
-    ("sfpkg/overrides.py", 11): ("no-gpu-code", ONLY_PYTHON),
-    ("sfpkg/overrides.py", 23): ("unresolved", NOT_SHOWN + "sfpkg/overrides.py:24: the code the gate changes writes "
-                                 "self.mode_name; sfpkg/overrides.py:29: names the attribute mode_name in a string "
-                                 "(getattr), not followed"),
+    ("sfpkg/overrides.py", 12): ("no-gpu-code", ONLY_PYTHON),
+    ("sfpkg/overrides.py", 24): ("unresolved", NOT_SHOWN + "sfpkg/overrides.py:25: the code the gate changes writes "
+                                 "self.mode_name; sfpkg/overrides.py:30: names the attribute mode_name in a string "
+                                 "(attrgetter?), not followed"),
     # the gate's value stored into an item of the dict the function returns to callers outside the scan
-    ("sfpkg/overrides.py", 44): ("unresolved", NOT_SHOWN + "sfpkg.overrides._backend_overrides returns what the gate "
-                                 "decides, and nothing in the scan calls it: its callers outside the scan act on that value"),
+    ("sfpkg/overrides.py", 45): ("unresolved", NOT_SHOWN + "sfpkg.overrides._backend_overrides returns what the gate "
+                                 "decides, and is handed to its decorator @register: whoever that registers it with "
+                                 "acts on the value (not followed)"),
 }
 
 

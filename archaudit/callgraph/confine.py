@@ -13,18 +13,28 @@ What the gate's statement changes, in its own function:
 - `x = <gate>` / `x += <gate>`: the whole function body when `x` is read elsewhere;
 - `assert <gate>`: the whole function body;
 - `return <gate>`: what each caller does with the value.
+The same rules apply to a read of state the changed code wrote (below), with two more places a
+read can sit: an expression statement (`log(self.x)`: its calls, and the whole body when a name
+whose method it calls or whose item it writes is read elsewhere) and a `for`/`with` header (the
+whole body).
 When what changes can leave the function (a return, a raise, an assert), each call of the function
 is followed the same way, as if its call expression were the gate (up to MAX_CALLER_LEVELS);
 a function named in the scan other than by a call, its definition, an import or `__all__`, or one
 whose callers were not searched, stops the proof. A function the scan never calls is an API the
 package offers: its callers are code outside the scan.
 
+State the changed code stores (an attribute, a module global, an item of either; see
+callgraph/stateflow.py) is followed to every place the scan reads it, each read as if it were the
+gate's value (at most MAX_STATES states per gate); a store whose reads cannot all be listed (an
+item of a parameter, an attribute named in too many modules or in a getattr string) stops the
+proof, and a stop found past a read names that read ("following X (written at ..) read at ..").
+
 In the code that changes and in every function it reaches (resolved calls, breadth first,
 MAX_NODES functions): a JIT module, a prebuilt-binary load, a call into a package that can hold
 NVIDIA GPU code (rules/externals.toml `gpu_code`, `torch.ops` of an extension), a call into a
-scanned package that is not Python (an extension module), a `global`/`nonlocal` declaration, an
-attribute or item written on a parameter (outside a constructor), an attribute or item written in
-the gate's own changed code, syntax the reader keeps opaque, and any call that could not be
+scanned package that is not Python (an extension module), a `global`/`nonlocal` declaration in a
+function reached, a `nonlocal` one in the changed code, an attribute or item written on a
+parameter by a function reached (outside a constructor), syntax the reader keeps opaque, and any call that could not be
 resolved, except a method of an object returned by a package outside the scan that holds no GPU
 code and does not hand back objects it was given (rules/externals.toml `passes_objects`), stop
 the proof."""
@@ -248,8 +258,14 @@ class Confiner:
         self._only_called(ctx, calls)
         if not calls and by_value:
             # said after the search, which may name the GPU code itself
-            self._pending.append(f"{ctx.qualname} returns what the gate decides, and nothing in the scan calls "
-                                 f"it: its callers outside the scan act on that value")
+            decos = ctx.node.f.get("decorators", []) if ctx.node is not None else []
+            if decos:
+                self._pending.append(f"{ctx.qualname} returns what the gate decides, and is handed to its decorator "
+                                     f"@{ctx.mod.parsed.text(decos[0])[:60]}: whoever that registers it with acts on "
+                                     f"the value (not followed)")
+            else:
+                self._pending.append(f"{ctx.qualname} returns what the gate decides, and nothing in the scan calls "
+                                     f"it: its callers outside the scan act on that value")
         for c in calls:
             gctx = self.r.ctx(c.caller)
             if gctx is None or gctx.kind not in ("function", "module"):

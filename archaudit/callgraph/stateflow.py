@@ -14,10 +14,13 @@ later acts on what the gate decided. `state_of` says what a written target is:
   name) is a reason to stop.
 `StateReads` lists the places that read a state: (scope, byte offset of the read). Reads it does
 not see: reflection with a computed name (`getattr(o, name)`, `__dict__`, `vars()`,
-`dataclasses.asdict`); the attribute named in a string (`getattr(o, "X")`) or read inside a
-lambda, a class body or a def's header is a reason to stop instead."""
+`dataclasses.asdict`). `getattr(o, "X")` and `hasattr(o, "X")` are reads (the call is the read),
+`setattr`/`delattr` with the name are stores; the name in any other string handed to one of them
+(`attrgetter("X")`), or a read inside a lambda, a class body or a def's header, is a reason to
+stop instead."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from ..parsing.python_ir import N
@@ -152,7 +155,9 @@ class StateReads:
     def reads(self, st: State) -> tuple[list[tuple[Ctx, int]], str]:
         """(read sites, "") or ([], why the reads are not all known)."""
         if st.kind == "attr":
-            mods = self.g.modules_naming(st.name)
+            # only modules whose bytes hold `.X` or the string "X" can read the attribute
+            pat = re.compile(rb"\.\s*" + re.escape(st.name.encode()) + rb"\b|[\"']" + re.escape(st.name.encode()) + rb"[\"']")
+            mods = [m for m in self.g.modules_naming(st.name) if pat.search(self.g.index.peek_bytes(m))]
         else:
             mods = [st.module] + [m for m in self.g.modules_naming(st.name) if m != st.module]
         if len(mods) > MAX_STATE_MODULES:
@@ -217,13 +222,13 @@ class StateReads:
         node, in_lambda, string = _node_at(s, pos, end, st)
         if node is None:
             if string:
-                return f"{path}:{line}: names the attribute {st.name} in a string (getattr), not followed"
+                return f"{path}:{line}: names the attribute {st.name} in a string (attrgetter?), not followed"
             return ""
         if id(node) in store_chain(s):
             return ""
         if st.kind == "global" and ctx.kind == "function" and st.name in self.r.locals_of(ctx):
             return ""  # a local of the same name
-        if st.cls and node.k == "attr" and self._other_class(ctx, node, st.cls):
+        if st.cls and self._other_class(ctx, node, st.cls):
             return ""
         if in_lambda or s.k in ("def", "class"):
             return f"{path}:{line}: reads {st.name} inside a lambda, a class body or a def's header, not followed"
@@ -231,8 +236,9 @@ class StateReads:
         return ""
 
     def _other_class(self, ctx: Ctx, node: N, writer: str) -> bool:
-        """Whether `s.X` in a method reads `self` of a class unrelated to the writer's class."""
-        base = node.f["value"]
+        """Whether `s.X` (or `getattr(s, "X")`) in a method reads `self` of a class unrelated to
+        the writer's class."""
+        base = node.f["value"] if node.k == "attr" else node.f["args"][0]
         own = (ctx.self_name or "").removeprefix("@cls:")
         if not (own and base.k == "name" and base.f["id"] == own and ctx.cls):
             return False
@@ -258,6 +264,11 @@ def _node_at(s: N, pos: int, end: int, st: State) -> tuple[N | None, bool, bool]
                 return v, lam, False
             if v.k == "call" and _reflective(v) and any(
                     a.k == "const" and a.f["value"] == st.name and a.sb <= pos < a.eb for a in v.f["args"]):
+                how = _reflective(v)
+                if how in ("getattr", "hasattr") and len(v.f["args"]) >= 2 and v.f["args"][1].sb <= pos:
+                    return v, lam, False  # `getattr(o, "X", d)` reads o.X: the call's value is the read
+                if how in ("setattr", "delattr") and len(v.f["args"]) >= 2 and v.f["args"][1].sb <= pos:
+                    continue  # a store, not a read
                 string = True
             if v.k in ("def", "class"):
                 continue
@@ -268,8 +279,9 @@ def _node_at(s: N, pos: int, end: int, st: State) -> tuple[N | None, bool, bool]
 
 
 
-def _reflective(call: N) -> bool:
-    """getattr/hasattr/setattr/delattr/attrgetter: a call that names an attribute in a string."""
+def _reflective(call: N) -> str:
+    """getattr/hasattr/setattr/delattr/attrgetter (which of them, or ""): a call that names an
+    attribute in a string."""
     f = call.f["func"]
     name = f.f["id"] if f.k == "name" else f.f["attr"] if f.k == "attr" else ""
-    return name in _REFLECTIVE
+    return name if name in _REFLECTIVE else ""
