@@ -30,8 +30,8 @@ EXPECTED_SM120 = {
                                  "(attrgetter?), not followed"),
     # the gate's value stored into an item of the dict the function returns to callers outside the scan
     ("sfpkg/overrides.py", 45): ("unresolved", NOT_SHOWN + "sfpkg.overrides._backend_overrides returns what the gate "
-                                 "decides, and is handed to its decorator @register: whoever that registers it with "
-                                 "acts on the value (not followed)"),
+                                 "decides, and is handed to its decorator @register, which may pass it to callers "
+                                 "not followed: they act on that value"),
 }
 
 

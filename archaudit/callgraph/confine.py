@@ -261,8 +261,8 @@ class Confiner:
             decos = ctx.node.f.get("decorators", []) if ctx.node is not None else []
             if decos:
                 self._pending.append(f"{ctx.qualname} returns what the gate decides, and is handed to its decorator "
-                                     f"@{ctx.mod.parsed.text(decos[0])[:60]}: whoever that registers it with acts on "
-                                     f"the value (not followed)")
+                                     f"@{ctx.mod.parsed.text(decos[0])[:60]}, which may pass it to callers not "
+                                     f"followed: they act on that value")
             else:
                 self._pending.append(f"{ctx.qualname} returns what the gate decides, and nothing in the scan calls "
                                      f"it: its callers outside the scan act on that value")
