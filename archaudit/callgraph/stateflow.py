@@ -29,6 +29,7 @@ from .resolve import Ctx, iter_stmts, walk_exprs
 
 MAX_STATE_MODULES = 24  # modules naming the state: more, and the state is too common to follow
 MAX_READS = 48  # read sites of one state
+MAX_OCCURRENCES = 300  # occurrences of the name in one module, each looked at
 MUTATORS = frozenset(("append", "extend", "insert", "update", "add", "setdefault", "pop", "popitem", "clear",
                       "remove", "discard", "appendleft", "extendleft", "__setitem__"))
 _FRESH_CALLS = frozenset(("dict", "list", "set", "OrderedDict", "defaultdict", "deque", "Counter"))
@@ -196,7 +197,9 @@ class StateReads:
         data = mod.parsed.src
         funcs = list(mod.all_functions())
         self.g.work += len(funcs)
-        for x in word_pattern(st.name.encode()).finditer(data):
+        for i, x in enumerate(word_pattern(st.name.encode()).finditer(data)):
+            if i >= MAX_OCCURRENCES:
+                return f"{path}: names {st.name} more than {MAX_OCCURRENCES} times, too many to follow its reads"
             self.g.work += 1
             pos = x.start()
             if in_comment(data, pos):
