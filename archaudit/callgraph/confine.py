@@ -56,7 +56,7 @@ MAX_CALLER_LEVELS = 3
 MAX_NODES = 4000
 MAX_DEPTH = 10
 MAX_CALL_SITES = 64
-MAX_STATES = 16  # states (attributes, globals) followed for one gate
+MAX_STATES = 8  # states (attributes, globals) followed for one gate
 CONSTRUCTORS = ("__init__", "__post_init__", "__new__", "__init_subclass__")
 _LEAVES_FUNCTION = ("return", "raise", "assert")
 NORETURN_METHODS = ("skipTest", "skip", "fail", "xfail", "exit", "abort", "_exit")
@@ -99,20 +99,30 @@ class Confiner:
         self.reads = StateReads(behind)
         self._states: set = set()  # states followed for the gate being checked
         self._via = ""  # the state read being followed, to name it where the search stops
+        self._deferred: list = []  # (state, caller levels left, via): written, not yet followed
 
     def check(self, site) -> Confinement:
         ctx = self.b.locate(site)
         if ctx is None:
             return Confinement(False, "the gate's scope is not in the scan")
         self._origin = ctx.mod.name  # a runtime is outside the scan from here (Index.hidden)
-        work: list[tuple[Ctx, list[tuple[int, int]]]] = []
+        work: list[tuple[Ctx, list[tuple[int, int]], str]] = []
         self._pending = []
         self._states = set()
+        self._deferred = []
         self._via = ""
         try:
             off = self.b._offset(ctx, site.line, site.col)
-            self._statement(ctx, off, None, work, MAX_CALLER_LEVELS, set())
+            seen: set = set()
+            self._statement(ctx, off, None, work, MAX_CALLER_LEVELS, seen)
             n = self._search(work)
+            # the state it writes is followed only when the rest was shown free of GPU code
+            if self._deferred and not self._pending:
+                while self._deferred:
+                    st, levels, self._via = self._deferred.pop(0)
+                    self._follow_state(st, work, levels, seen)
+                self._via = ""
+                n = self._search(work)
             if self._pending:
                 raise _Stop(self._pending[0])
         except _Stop as e:
@@ -145,7 +155,7 @@ class Confiner:
         if ctx.kind == "function" and any(s.k == "nonlocal" for s in iter_stmts(fbody)):
             raise _Stop(f"{where}: {ctx.qualname} declares nonlocal names")
         work.append((ctx, _spans(changed), self._via))
-        self._state_writes(ctx, changed, work, levels, seen)
+        self._state_writes(ctx, changed, levels)
         # what leaves the function: a raise or assert, a value returned (a bare `return` only skips
         # code that is itself in `changed`), the gate's own `return`
         leaves = st.k == "return" or (call is not None and st.k == "expr") or any(
@@ -191,9 +201,10 @@ class Confiner:
             return fbody  # a state read in a loop's iterable or a context manager
         raise _Stop(f"{where}: the value is used in a `{st.k}` statement, which is not followed")
 
-    def _state_writes(self, ctx: Ctx, stmts: list[N], work: list, levels: int, seen: set) -> None:
-        """Follow what the statements store (callgraph/stateflow.py) to where it is read; stop at
-        opaque syntax and at stores whose readers cannot be listed."""
+    def _state_writes(self, ctx: Ctx, stmts: list[N], levels: int) -> None:
+        """Note what the statements store (callgraph/stateflow.py), to be followed to where it is
+        read once the rest of the gate's code is shown free of GPU code; stop at opaque syntax and
+        at stores whose readers cannot be listed."""
         local = self.r.locals_of(ctx) if ctx.kind == "function" else {}
         for s in iter_stmts(stmts):
             if s.k == "other":
@@ -203,26 +214,30 @@ class Confiner:
             if isinstance(got, str):
                 raise _Stop(got)
             if got is not None and got.kind != "local":
-                self._follow_state(got, work, levels, seen)
+                self._deferred.append((got, levels, self._via))
 
     def _follow_state(self, st: State, work: list, levels: int, seen: set) -> None:
-        """Each read of the state is followed as if it were the gate's value."""
+        """Each read of the state is followed as if it were the gate's value. What stops one read
+        is said after the search (which may find the GPU code itself), and the other reads are
+        still followed."""
         if st.key in self._states:
             return
         if len(self._states) >= MAX_STATES:
-            raise _Stop(f"{st.where}: the code the gate changes writes {st.text}; more than {MAX_STATES} "
-                        f"states written on the way, not followed")
+            self._pending.append(f"{st.where}: the code the gate changes writes {st.text}; more than {MAX_STATES} "
+                                 f"states written on the way, not followed")
+            return
         self._states.add(st.key)
         sites, why = self.reads.reads(st)
         if why:
-            raise _Stop(f"{st.where}: the code the gate changes writes {st.text}; {why}")
+            self._pending.append(f"{st.where}: the code the gate changes writes {st.text}; {why}")
+            return
         outer = self._via
         for rctx, off in sites:
             self._via = f"{st.text} (written at {st.where}) read at {rctx.mod.path}:{self.b._line_of(rctx, off)}"
             try:
-                self._statement(rctx, off, None, work, levels, seen)
+                self._statement(rctx, off, None, work, levels - 1, seen)
             except _Stop as e:
-                raise _Stop(f"{e}; following {self._via}") if "; following " not in str(e) else e
+                self._pending.append(f"{e}; following {self._via}" if "; following " not in str(e) else str(e))
             finally:
                 self._via = outer
 

@@ -139,6 +139,17 @@ def store_chain(st: N) -> set[int]:
     return out
 
 
+def attr_occurrences(data: bytes, name: str):
+    """Offsets of `name` where it can be an attribute: after a dot (spaces and line continuations
+    allowed between), or alone inside quotes (`getattr(o, "name")`)."""
+    for x in word_pattern(name.encode()).finditer(data):
+        i = x.start() - 1
+        while i >= 0 and data[i] in b" \t\\\r\n":
+            i -= 1
+        if i >= 0 and (data[i] == 0x2E or (data[i] in b"\"'" and data[x.end():x.end() + 1] == data[i:i + 1])):
+            yield x.start()
+
+
 def in_comment(data: bytes, pos: int) -> bool:
     start = data.rfind(b"\n", 0, pos) + 1
     return b"#" in data[start:pos]
@@ -152,13 +163,21 @@ class StateReads:
         self.b = behind
         self.r = behind.r
         self.g = behind.g
+        self._known: dict[tuple, tuple[list, str]] = {}  # state key -> reads(state)
 
     def reads(self, st: State) -> tuple[list[tuple[Ctx, int]], str]:
-        """(read sites, "") or ([], why the reads are not all known)."""
+        """(read sites, "") or ([], why the reads are not all known); once per state and scan."""
+        got = self._known.get(st.key)
+        if got is None:
+            got = self._known[st.key] = self._find(st)
+        return got
+
+    def _find(self, st: State) -> tuple[list[tuple[Ctx, int]], str]:
+        name = re.escape(st.name.encode())
         if st.kind == "attr":
-            # only modules whose bytes hold `.X` or the string "X" can read the attribute
-            pat = re.compile(rb"\.\s*" + re.escape(st.name.encode()) + rb"\b|[\"']" + re.escape(st.name.encode()) + rb"[\"']")
-            mods = [m for m in self.g.modules_naming(st.name) if pat.search(self.g.index.peek_bytes(m))]
+            # only `.X` or the string "X" can read the attribute
+            mods = [m for m in self.g.modules_naming(st.name)
+                    if next(attr_occurrences(self.g.index.peek_bytes(m), st.name), None) is not None]
         else:
             mods = [st.module] + [m for m in self.g.modules_naming(st.name) if m != st.module]
         if len(mods) > MAX_STATE_MODULES:
@@ -176,17 +195,16 @@ class StateReads:
         return sites, ""
 
     def _imported(self, m: str, name: str) -> str:
-        """Why another module may read the global: it imports the name or reads it as an attribute."""
-        mod = self.r.module(m)
+        """Why another module may read the global: its bytes import the name or read `.name`."""
+        data = self.g.index.peek_bytes(m)
+        w = re.escape(name.encode())
         path = self.g.index.path_of.get(m, m)
-        if mod is None:
-            return f"{path}: names {name} and could not be read"
-        for s in iter_stmts(mod.parsed.body, into_defs=True):
-            if s.k == "importfrom" and any(n == name for n, _a in s.f["names"]):
-                return f"{path}:{s.line}: imports {name}, which the gate's code writes"
-        for e in walk_exprs(list(iter_stmts(mod.parsed.body, into_defs=True))):
-            if e.k == "attr" and e.f["attr"] == name:
-                return f"{path}:{e.line}: reads .{name}, which may be the global the gate's code writes"
+        for pat, what in ((rb"\bimport\b[^\n]*\b" + w + rb"\b|\bimport\s*\([^)]*\b" + w + rb"\b", "imports"),
+                          (rb"\.\s*" + w + rb"\b", "reads the attribute")):
+            x = re.search(pat, data)
+            if x:
+                line = data.count(b"\n", 0, x.start()) + 1
+                return f"{path}:{line}: {what} {name}, which may be the global the gate's code writes"
         return ""
 
     def _reads_in(self, m: str, st: State, sites: list) -> str:
@@ -197,14 +215,16 @@ class StateReads:
         data = mod.parsed.src
         funcs = list(mod.all_functions())
         self.g.work += len(funcs)
-        for i, x in enumerate(word_pattern(st.name.encode()).finditer(data)):
+        n = len(st.name)
+        found = attr_occurrences(data, st.name) if st.kind == "attr" else \
+            (x.start() for x in word_pattern(st.name.encode()).finditer(data))
+        for i, pos in enumerate(found):
             if i >= MAX_OCCURRENCES:
                 return f"{path}: names {st.name} more than {MAX_OCCURRENCES} times, too many to follow its reads"
             self.g.work += 1
-            pos = x.start()
             if in_comment(data, pos):
                 continue
-            why = self._occurrence(m, mod, path, funcs, pos, x.end(), st, sites)
+            why = self._occurrence(m, mod, path, funcs, pos, pos + n, st, sites)
             if why:
                 return why
         return ""
