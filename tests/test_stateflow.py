@@ -65,3 +65,15 @@ def test_a_read_that_builds_makes_the_writer_unresolved(tmp_path, reg):
     assert (f.gate.line, f.verdict) == (7, "unresolved")
     assert f.reason.endswith("pkg/m.py:13: reaches the JIT module scale_{arch}; following self.flag "
                              "(written at pkg/m.py:8) read at pkg/m.py:12")
+
+
+@pytest.mark.real
+def test_072_global_flag_names_its_read(sp072, reg):
+    """sglang 0.5.23's HPC bf16xfp32 GEMM: `global _hpc_gemm_enabled` set behind the availability
+    probe; its read in hpc_bf16xfp32_gemm_enabled() decides what follows, so the reason names it."""
+    from test_real_verdicts import _explain
+
+    f = _explain(sp072, reg, "sglang/kernels/ops/gemm/bf16_fp32.py:95")
+    assert f.verdict == "unresolved"
+    assert f.reason.endswith("; following _hpc_gemm_enabled (written at sglang/kernels/ops/gemm/bf16_fp32.py:96) "
+                             "read at sglang/kernels/ops/gemm/bf16_fp32.py:103")
