@@ -190,10 +190,9 @@ class Confiner:
             return fbody if _read_outside(fbody, [st], names) else [st]
         if st.k in ("assert", "return"):
             return fbody if st.k == "assert" else [st]
-        if st.k == "expr" and call is not None and st.f["value"].sb == call.sb:
-            return fbody  # a call as a statement: what it changes is whether it raises
         if st.k == "expr" and call is not None:
-            return fbody  # a call inside an expression statement: its value and whether it raises
+            # a call as a statement, or inside one: whether it raises, and where its value goes
+            return fbody
         if st.k == "expr":
             # a state read passed to a call: the calls it makes, and what their receivers hold
             return fbody if _read_outside(fbody, [st], _receivers([st]) | _written_bases([st], ctx)) else [st]
