@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .cache import Cache, key_of
+from .inventory import protected_sinks
 from .judge import patch_gates_of, protected_functions
 from .model import PARTIAL, SOFTWARE_ONLY, Gate
 from .patch import Patcher, combined_patch, module_binding, reevaluate_gate
@@ -85,12 +86,14 @@ def patch_output(result, path, gpu: Gpu, include_partial: bool, reg: Registry) -
     of the result admit gpu: a pure function of the result and the files under path."""
     wanted = (SOFTWARE_ONLY, PARTIAL) if include_partial else (SOFTWARE_ONLY,)
     gates: list[Gate] = []
+    own: set[str] = set()  # the modules of the findings patched (their build calls may be edited)
     out = PatchOutput("")
     for f in result.findings:
         if f.target != gpu.name:
             continue
         if f.verdict in wanted:
             gates += patch_gates_of(f, result.gates)
+            own |= {m.name for m in f.modules}
         else:
             out.skipped[f.verdict] = out.skipped.get(f.verdict, 0) + 1
     if not gates:
@@ -101,10 +104,13 @@ def patch_output(result, path, gpu: Gpu, include_partial: bool, reg: Registry) -
         # one over a fresh index: the edits and their checks read the files, not the scan's state
         patcher = result.patcher if result.patcher is not None else fresh_patcher(path, reg)
         patcher.protected = protected_functions(result.findings, result.gates, gpu.name)
+        patcher.protected_sinks = protected_sinks(result.modules, gpu.name)
+        patcher.own_modules = own
         try:
             return combined_patch(patcher, gates, gpu)
         finally:
             patcher.protected = {}
+            patcher.protected_sinks, patcher.own_modules = {}, set()
 
     diff, done = run_with_big_stack(run)
     out.diff = diff

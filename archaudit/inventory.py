@@ -159,10 +159,17 @@ class Inventory:
         return wanted
 
     def judge(self, pairs: list[tuple[Gpu, CompileTarget]]) -> None:
-        """Each record's verdict for each target."""
+        """Each record's verdict for each target (once: the patch plans ask for them before the
+        pipeline's own call)."""
         for rec, ref in zip(self.records, self.refs):
             for gpu, ct in pairs:
-                rec.verdicts[gpu.name] = self._verdict(rec, ref, gpu, ct)
+                if gpu.name not in rec.verdicts:
+                    rec.verdicts[gpu.name] = self._verdict(rec, ref, gpu, ct)
+
+    def protected_sinks(self, pairs: list[tuple[Gpu, CompileTarget]],
+                        target: str) -> dict[tuple[str, int], list[tuple[str, str]]]:
+        self.judge(pairs)
+        return protected_sinks(self.records, target)
 
     def _verdict(self, rec: ModuleRecord, ref: ModuleRef, gpu: Gpu, ct: CompileTarget) -> dict:
         out = {"verdict": UNRESOLVED, "compile_target": ct.name, "reason": "", "evidence": []}
@@ -226,10 +233,14 @@ class Inventory:
                 f.reason = (f"built only with hard-coded nvcc flags ({' '.join(flags)}), which give no code for "
                             f"{gpu.name}; compiled for {ct.name} instead: {f.reason}")
                 if patcher is not None and f.verdict in (SOFTWARE_ONLY, PARTIAL):
+                    patcher.protected_sinks = protected_sinks(self.records, gpu.name)
+                    patcher.own_modules = {rec.name for rec, _ref in items}
                     try:
                         patch_plan(f, g, gpu, behind, {}, patcher)
                     except Exception as e:  # noqa: BLE001 - the verdict stands; the patch is what is missing
                         self.problems.append(internal_error(gen[0], "patch planning", e, gen[1]))
+                    finally:
+                        patcher.protected_sinks, patcher.own_modules = {}, set()
                 findings.append(f)
         return gates, findings
 
@@ -252,6 +263,27 @@ class Inventory:
                       f"{ct.name} from {', '.join(sorted(rec.name for rec, _v in works))}; not from the others: "
                       + "; ".join(v.reason for _rec, v in bound))
         return out
+
+
+# a module with one of these verdicts for a target may build for it as it is, or must not be given
+# the target's -gencode
+_MAY_SHARE_FLAGS = (SOFTWARE_ONLY, PARTIAL, ADMITTED)
+
+
+def protected_sinks(records: list[ModuleRecord], target: str) -> dict[tuple[str, int], list[tuple[str, str]]]:
+    """Build calls (path, line) that also build a module the target may not be given (hardware-bound,
+    binary-only or unresolved for it): a patch adding the target's -gencode there (a shared helper
+    such as flashinfer's gen_kda_jit_spec, called by every KDA generator) would enable that module
+    as well. Each maps to those modules, (name, what it is), the hardest verdict first."""
+    rank = {HARDWARE_BOUND: 0, UNRESOLVED: 2}
+    found: dict[tuple[str, int], list[tuple[tuple, str, str]]] = {}
+    for rec in records:
+        v = rec.verdicts.get(target, {}).get("verdict")
+        if v is None or v in _MAY_SHARE_FLAGS:
+            continue
+        what = f"the module {rec.name} (generator {rec.generator[2]}), {v} for {target}"
+        found.setdefault(rec.sink, []).append(((rank.get(v, 1), rec.name), rec.name, what))
+    return {sink: [(name, what) for _k, name, what in sorted(items)] for sink, items in found.items()}
 
 
 def _flag_list(rec: ModuleRecord) -> list[str]:

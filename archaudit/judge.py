@@ -69,6 +69,8 @@ class ModuleRef:
     platform_needs: list[PlatformNeed] = field(default_factory=list)
     # files the generator writes beside the sources at build time: (name included, file of the scan)
     include_aliases: list[tuple[str, str]] = field(default_factory=list)
+    # sources whose text the generator builds in Python: path in `sources` -> that text
+    texts: dict[str, str] = field(default_factory=dict)
 
     def tu_roots(self) -> list:
         """The include roots its TUs are analysed with: the generated files first, then its -I paths."""
@@ -101,15 +103,19 @@ class TuCache:
         self._got: dict = {}
 
     @staticmethod
-    def request(src: str, ct: CompileTarget, roots: Iterable[str] = (), defines: dict | None = None) -> tuple:
-        """(key, analyse_tu's arguments) of one TU analysis."""
+    def request(src: str, ct: CompileTarget, roots: Iterable[str] = (), defines: dict | None = None,
+                text: str | None = None) -> tuple:
+        """(key, analyse_tu's arguments) of one TU analysis; text: the source's own text when
+        it is built in Python (its path names that text: jit.written_text_path)."""
         arch = str(ct.major * 100 + ct.minor * 10)
         defines = {k: str(v).replace("{cuda_arch}", arch) for k, v in (defines or {}).items()}
         key = (src, ct.name, tuple(roots), tuple(sorted(defines.items())))
-        return key, (src, ct, list(roots) or None, defines or None)
+        args = (src, ct, list(roots) or None, defines or None)
+        return key, args + (text,) if text is not None else args
 
-    def analyse(self, src: str, ct: CompileTarget, roots: Iterable[str] = (), defines: dict | None = None):
-        key, args = self.request(src, ct, roots, defines)
+    def analyse(self, src: str, ct: CompileTarget, roots: Iterable[str] = (), defines: dict | None = None,
+                text: str | None = None):
+        key, args = self.request(src, ct, roots, defines, text)
         r = self._got.get(key)
         if r is None:
             r = self._got[key] = self.project.analyse_tu(*args)
@@ -123,7 +129,7 @@ class TuCache:
             if ref.binary is not None or ref.unresolved:
                 continue
             for src in ref.sources:
-                key, args = self.request(src, ct, ref.tu_roots(), ref.defines)
+                key, args = self.request(src, ct, ref.tu_roots(), ref.defines, ref.texts.get(src))
                 if key not in self._got:
                     out[key] = args
         return out
@@ -188,7 +194,7 @@ def judge_module(ref: ModuleRef, ct: CompileTarget, tus: TuCache) -> ModuleJudge
     stub_kind: dict[str, str] = {}
     unknown: list[str] = []
     for src in ref.sources:
-        tu = tus.analyse(src, ct, ref.tu_roots(), ref.defines)
+        tu = tus.analyse(src, ct, ref.tu_roots(), ref.defines, ref.texts.get(src))
         for k in tu.kernels:
             status = {"empty": "empty-stub", "trap": "trap-stub"}.get(k.status, k.status)
             prev = status_of.get(k.name)
@@ -487,7 +493,8 @@ def judge_gates(gates: list[Gate], gpus: list[tuple[Gpu, CompileTarget]], behind
                 patcher=None, progress=None, all_gates: list[Gate] | None = None,
                 tests_before: TestsBefore | None = None, not_evaluated: list | None = None,
                 prefetch: Callable[[dict], None] | None = None,
-                problems: list[Diagnostic] | None = None) -> list[Finding]:
+                problems: list[Diagnostic] | None = None,
+                sinks_of: Callable[[str], dict[tuple[str, int], list]] | None = None) -> list[Finding]:
     """Every gate x target that the gate excludes, classified; software-only ones with a patch
     plan that covers every gate on the chain (looked up in all_gates, default: gates).
     With tests_before, a gate the target never evaluates because an earlier arm admits the target
@@ -496,7 +503,8 @@ def judge_gates(gates: list[Gate], gpus: list[tuple[Gpu, CompileTarget]], behind
     so, and its plan patches that one too.
     prefetch: given {key: analyse_tu arguments} of TUs still to analyse, as behind() of each
     pair finds them, then None once before any verdict (pipeline.CudaWorker analyses them in
-    another process and installs the results in `tus`). The verdicts reuse those behind()s."""
+    another process and installs the results in `tus`). The verdicts reuse those behind()s.
+    sinks_of(target): build calls a patch may not give the target's -gencode (inventory.protected_sinks)."""
     known = all_gates if all_gates is not None else gates
     by_place = {(g.path, g.line): g for g in known}
     by_pos: dict[tuple[str, int, int], list[Gate]] = {}
@@ -641,7 +649,7 @@ def judge_gates(gates: list[Gate], gpus: list[tuple[Gpu, CompileTarget]], behind
                                    f"budget of {JUDGE_TOTAL_BUDGET:,} steps; {n} gates of this file not followed "
                                    f"(unresolved)")
                         for p, n in sorted(cut_by_total.items()))
-    _plan_all(pending, findings, by_place, patcher, fail)
+    _plan_all(pending, findings, by_place, patcher, fail, sinks_of)
     return sorted(findings, key=Finding.sort_key)
 
 
@@ -715,14 +723,18 @@ def protected_functions(findings: list[Finding], gates: Iterable[Gate], target: 
     return {fn: what for fn, (_k, what) in best.items()}
 
 
-def _plan_all(pending: list, findings: list[Finding], by_place, patcher, fail) -> None:
-    """The patch plans, once every verdict is known (see protected_functions)."""
+def _plan_all(pending: list, findings: list[Finding], by_place, patcher, fail, sinks_of=None) -> None:
+    """The patch plans, once every verdict is known (see protected_functions and sinks_of)."""
     protected: dict[str, dict[str, str]] = {}
+    sinks: dict[str, dict[tuple[str, int], list]] = {}
     try:
         for f, g, gpu, b, stopped in pending:
             if gpu.name not in protected:
                 protected[gpu.name] = protected_functions(findings, by_place.values(), gpu.name)
+                sinks[gpu.name] = sinks_of(gpu.name) if sinks_of is not None else {}
             patcher.protected = protected[gpu.name]
+            patcher.protected_sinks = sinks[gpu.name]
+            patcher.own_modules = {m.name for m in f.modules}
             try:
                 patch_plan(f, g, gpu, b, by_place, patcher, first=stopped)
             except Exception as e:  # noqa: BLE001 - the verdict stands; the patch is what is missing
@@ -730,6 +742,7 @@ def _plan_all(pending: list, findings: list[Finding], by_place, patcher, fail) -
     finally:
         if patcher is not None:
             patcher.protected = {}
+            patcher.protected_sinks, patcher.own_modules = {}, set()
 
 
 def patch_plan(f: Finding, g: Gate, gpu: Gpu, b: Behind, by_place, patcher, first: list[Gate] = ()) -> None:
@@ -936,12 +949,13 @@ def module_refs(analysis, mods) -> dict[str, ModuleRef]:
         if via is not None:
             jm = analysis.jit.flags_via(jm, *via) or jm
         sources, host, unresolved, notes = [], [], [], []
+        texts = {s.path: s.content for s in jm.sources if s.status == "generated" and s.path and s.content is not None}
         for s in jm.sources:
             if s.status == "resolved" and s.path:
                 (sources if s.path.endswith(DEVICE_SUFFIXES) else host).append(s.path)
             elif s.status == "generated" and s.path:
                 # a template rendered at build time: compiled as the file it is written to, read
-                # from the template (cuda/template_view.py)
+                # from the template (cuda/template_view.py); text built in Python: read as written
                 if s.suffix in DEVICE_SUFFIXES:
                     sources.append(s.path)
                 elif s.suffix in (".cpp", ".cc", ".cxx", ".c"):
@@ -974,7 +988,7 @@ def module_refs(analysis, mods) -> dict[str, ModuleRef]:
                                   notes=sorted(dict.fromkeys(notes)),
                                   sink=(jm.path, jm.line, int(jm.key.rsplit(":", 1)[1]), jm.function),
                                   platform_needs=need_finder(analysis).needs_of(bm.module),
-                                  include_aliases=list(jm.include_aliases))
+                                  include_aliases=list(jm.include_aliases), texts=texts)
         elif ref.entry_points is not None:
             # reached along several paths: the union of what they call, unknown beats known
             ref.entry_points = None if entry is None else ref.entry_points | entry

@@ -231,6 +231,12 @@ class Patcher:
         # (judge.protected_functions, per target): not edited outside the gate, nor the module
         # constants they read
         self.protected: dict[str, str] = {}
+        # (path, line) of build calls that also build a module the target may not have, with those
+        # modules (inventory.protected_sinks, per target): a -gencode added there reaches them too,
+        # except the modules of the gates being patched (own_modules: a partial gate's plan, taken
+        # with --include-partial, enables its own modules that cannot run, as its reason says)
+        self.protected_sinks: dict[tuple[str, int], list[tuple[str, str]]] = {}
+        self.own_modules: set[str] = set()
         self.held: list[str] = []
 
     def patch(self, gate: Gate, gpu: Gpu, source: Source | None = None) -> Patch:
@@ -258,6 +264,12 @@ class Patcher:
         elif gate.kind in (FLAG, PREDICATE_CALL, CAPABILITY_COMPARE):
             edits = self._predicate_edits(text, gate, gpu)
         elif gate.kind in (NVCC_FLAGS, BUILD_FLAGS):
+            shared = next((what for name, what in self.protected_sinks.get((gate.path, gate.line), ())
+                           if name not in self.own_modules), None)
+            if shared is not None:
+                return Patch(gate.path, None, f"not edited: this build call also builds {shared}; the target's "
+                             f"-gencode added here would let {gpu.name} build that module too: give this module its "
+                             "own flags by hand")
             edits = self._flags_edits(text, gate, gpu)
         elif gate.kind == CPP_RUNTIME_CHECK:
             edits = self._cpp_edits(text, gate, gpu)

@@ -848,7 +848,8 @@ def judge_scan(source: Source, files: list[str], index: Index, gates: list[Gate]
 
     findings = judge_gates(gates, pairs, behind_from_callgraph(analysis), tus, patcher, progress=say,
                            tests_before=tests_before_from_callgraph(analysis), not_evaluated=not_evaluated,
-                           prefetch=prefetch if cuda is not None else None, problems=inventory.problems)
+                           prefetch=prefetch if cuda is not None else None, problems=inventory.problems,
+                           sinks_of=lambda target: inventory.protected_sinks(pairs, target))
     say("judging JIT modules")
     inventory.judge(pairs)
     flag_gates, flag_findings = inventory.build_flag_findings(pairs, gates, package_of, patcher)

@@ -10,6 +10,8 @@ from archaudit.report.jsonout import to_json
 from conftest import FIXTURES
 
 ROOT = FIXTURES / "jitvariants"
+ALL_GPUS = ["sm_75", "sm_80", "sm_86", "sm_87", "sm_88", "sm_89", "sm_90", "sm_100", "sm_103", "sm_107", "sm_110",
+            "sm_120", "sm_121"]
 
 
 @pytest.fixture(scope="module")
@@ -24,6 +26,10 @@ def test_one_record_per_variant_bound_through_its_callers(result):
         # flagparams.py: the flags are a parameter the callers fill: one record per caller, with
         # its architectures (an arch list += onto the caller's own list)
         (10, "gen_fused_sm120_module", "fused_120", ["sm_120", "sm_121"], "admitted"),
+        # legacyflags.py: one variant passes no architecture flag (the JIT's default), the other
+        # a table's -gencode; each variant's flags are its own
+        (12, "gen_alltoall_module", "{alltoall|alltoall_legacy}", sorted(ALL_GPUS), "admitted"),
+        (12, "gen_alltoall_module", "{alltoall|alltoall_sm100a}", ["sm_100"], "software-only"),
         (12, "gen_portable_module", "var_portable", ["sm_100"], "software-only"),
         (16, "gen_fused_sm100_module", "fused_100", ["sm_100", "sm_103", "sm_107"], "software-only"),
         (16, "gen_tcgen05_module", "var_tcgen05", ["sm_100"], "hardware-bound"),
@@ -70,6 +76,7 @@ def test_build_flag_gates_at_the_generators(result):
         (("varlib/jit/flagparams.py", 18), "arch-list", "software-only", []),
         (("varlib/jit/kdalike.py", 38), "build-flags", "partial", [("varlib/data/csrc/tcgen05.cu", 2)]),
         (("varlib/jit/kdalike.py", 48), "build-flags", "software-only", []),
+        (("varlib/jit/legacyflags.py", 12), "build-flags", "software-only", []),
         (("varlib/jit/modules.py", 12), "build-flags", "software-only", []),
         (("varlib/jit/modules.py", 16), "build-flags", "hardware-bound", [("varlib/data/csrc/tcgen05.cu", 2)]),
         (("varlib/jit/modules.py", 24), "build-flags", "hardware-bound", [("varlib/data/csrc/hopper.cu", 2)]),
@@ -93,6 +100,20 @@ def test_build_flag_gates_at_the_generators(result):
     # what the gate admitted plus what the added flag gives, not against every variant's flags
     k68 = next(f for f in result.findings if f.gate.path.endswith("specs.py") and f.gate.line == 68)
     assert k68.patch and "compute_120f,code=sm_120f" in k68.patch
+    # kdalike.py:48 is software-only, but its build call (in the shared gen_kind_spec) also builds
+    # the hardware-bound commit variant: no -gencode is added there, the patch is manual
+    k48 = next(f for f in result.findings if f.gate.path.endswith("kdalike.py") and f.gate.line == 48)
+    assert k48.patch is None
+    assert ("patch plan, manual for varlib/jit/kdalike.py:28: varlib/jit/kdalike.py:28: no patch, edit by hand "
+            "(not edited: this build call also builds the module kindvar_commit_sm100a (generator "
+            "varlib.jit.kdalike.gen_kind_variant_module), hardware-bound for sm_120") in k48.reason
+    # legacyflags.py:12: the build call is shared with the legacy variant, which builds for the
+    # GPU it runs on (admitted): the -gencode is added there
+    a12 = next(f for f in result.findings if f.gate.path.endswith("legacyflags.py"))
+    assert a12.patch and '"-DENABLE_BF16", "-gencode=arch=compute_120f,code=sm_120f"]' in a12.patch
+    # the partial generator over both variants: its plan may enable its own hardware-bound variant
+    k38 = next(f for f in result.findings if f.gate.path.endswith("kdalike.py") and f.gate.line == 38)
+    assert k38.verdict == "partial" and k38.patch and "compute_120f,code=sm_120f" in k38.patch
     assert g12.expr == "-gencode=arch=compute_100a,code=sm_100a" and g12.admits == frozenset({"sm_100"})
 
 

@@ -113,6 +113,22 @@ EXPECTED_SM120 = {
     ("genlib/jit/gemm.py", 110): ("software-only", [], "config_user: every source builds for sm_120f"),
     ("genlib/jit/gemm.py", 97): ("unresolved", [], "inline_scale: source {GENLIB_WORKSPACE}/generated/inline/scale.cu is "
                                  "generated at build time: written at genlib/jit/gemm.py:96"),
+    # binding.py: the text built in Python is one of two (the variant is a parameter here): not
+    # read as either; the per-variant module records are (test_text_built_in_python_is_read)
+    ("genlib/jit/binding.py", 32): ("unresolved", [], "{decode_portable|decode_umma}: source {GENLIB_WORKSPACE}/generated/"
+                                    "decode_{portable|umma}/decode_binding.cu is generated at build time: written at "
+                                    "genlib/jit/binding.py:31: the text `f\"\"\"// generated binding"),
+    ("genlib/jit/binding.py", 49): ("unresolved", [], "decode_any: source {GENLIB_WORKSPACE}/generated/decode_any/"
+                                    "decode_binding.cu is generated at build time: written at genlib/jit/binding.py:48: "
+                                    "`text` is parameter: text, not a file of the scan"),
+    # the shared builder's own flags gate: its sources are its parameter
+    ("genlib/jit/binding.py", 55): ("unresolved", [], "{name}: sources-parameter: sources: parameter: sources"),
+    # the caller writes the binding and passes it to the builder: read per variant, the variants differ
+    ("genlib/jit/binding.py", 59): ("partial", [(CSRC + "decode_umma.cuh", 2, "ptx.tcgen05")],
+                                    "built only with hard-coded nvcc flags (-gencode=arch=compute_100a,code=sm_100a), "
+                                    "which give no code for sm_120; compiled for sm_120f instead: the generator builds "
+                                    "one of 2 modules, chosen by its arguments; real kernels for sm_120f from "
+                                    "shared_decode_portable; not from the others: shared_decode_umma"),
 }
 
 
@@ -199,3 +215,22 @@ def test_real_fp4_gemm_template_is_a_stub_on_sm120(sp072, reg):
                           {"ENABLE_BF16": "1", "ENABLE_FP4": "1", "CUTLASS_ENABLE_GDC_FOR_SM100": "1"})
     assert (res.prediction, res.reason) == (
         "stub", "arch-tag at flashinfer/data/include/flashinfer/gemm/fp4_gemm_template_sm100.h:130: cutlass::arch::Sm100")
+
+
+def test_text_built_in_python_is_read(reg):
+    # binding.py: the binding TU is an f-string of `"".join(...)` define lines and an #include,
+    # written per variant; its text is read as the source, and the #include it names through a
+    # define (`#include DECODE_BODY_FILE`) picks each variant's body
+    result = scan(ROOT, [reg.parse("sm_120")])
+    got = {m.name: (m.sources, m.verdicts["sm_120"]["verdict"],
+                    [(e["path"], e["line"], e["feature"]) for e in m.verdicts["sm_120"]["evidence"]])
+           for m in result.modules if "decode_" in m.name}
+    portable, umma = got["decode_portable"], got["decode_umma"]
+    assert portable[1:] == ("software-only", [])
+    assert umma[1:] == ("hardware-bound", [(CSRC + "decode_umma.cuh", 2, "ptx.tcgen05")])
+    assert [s.split("/")[-1] for s in portable[0] + umma[0]] == ["decode_binding.cu", "decode_binding.cu"]
+    assert portable[0][0].startswith("<generated:") and portable[0] != umma[0]
+    assert got["decode_any"][1] == "unresolved"
+    # written by the caller of the builder holding the build call: the same texts
+    assert got["shared_decode_portable"] == portable and got["shared_decode_umma"][:2] == umma[:2]
+

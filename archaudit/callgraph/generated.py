@@ -15,8 +15,11 @@ the origin of what is written, followed through the function's bindings that rea
   rendered  `T.render(...)`, T bound to `Template(<text of file F>)`  -> F, read as a rendered view
   copied    `<text of file F>`: `f.read()` of `with open(F) as f`, `F.read_text()`, or copy(F, dest)
 
-Text built any other way (a template held in a Python string, code assembled in Python) gives an
-origin without a file and the reason.
+  text      a string ConstEval evaluates to one constant (an f-string template in Python filled
+            with the variant's values, `"".join(...)` of define lines): the text itself
+
+Text built any other way (a value known only at run time, one of several texts) gives an origin
+without a file and the reason.
 """
 from __future__ import annotations
 
@@ -32,11 +35,12 @@ MAX_DEPTH = 8
 
 @dataclass(frozen=True)
 class Origin:
-    how: str  # "rendered" | "copied" | "unknown"
+    how: str  # "rendered" | "copied" | "text" | "unknown"
     path: str | None  # the file of the scan the written text comes from
     where: str  # "path:line" of the write
     reason: str = ""  # for "unknown": why the text cannot be traced to a file
     suffix: str = ""  # of the file written (".cu"), as the generator's code spells it
+    text: str = ""  # for "text": what is written, evaluated from the Python that builds it
 
 
 @dataclass
@@ -232,12 +236,13 @@ class Generated:
         if e.k == "name":
             name = e.f["id"]
             if name in env:
-                return [Origin("unknown", None, where, f"`{name}` is a loop variable: text built in code")]
+                return self._built(fn, e, env, where, f"`{name}` is a loop variable: text built in code")
             defs = fn.reaching(name, at, used=True)
             if not defs:
                 v = self.ce.eval(fn.ctx, e, env)
-                what = "a string held in Python code" if isinstance(v, str) else f"{v}"
-                return [Origin("unknown", None, where, f"`{name}` is {what}, not a file of the scan")]
+                if isinstance(v, str):
+                    return [Origin("text", None, where, text=v)]
+                return [Origin("unknown", None, where, f"`{name}` is {v}, not a file of the scan")]
             out: list[Origin] = []
             for d in defs:
                 if d.kind == "assign":
@@ -251,7 +256,11 @@ class Generated:
                 return self._template(fn, at, f.f["value"], env, where, depth + 1)
             if f.k == "attr" and f.f["attr"] in self.rules.read_methods:
                 return self._file_at(fn, at, f.f["value"], env, "copied", where)
-            # a scanned function that returns the text: its return expressions, arguments unbound
+            # a scanned function that builds the text from its arguments (an f-string template)
+            v = self.ce.eval(fn.ctx, e, env)
+            if isinstance(v, str):
+                return [Origin("text", None, where, text=v)]
+            # one that returns the text read from a file: its return expressions, arguments unbound
             out = []
             for r in self.r.callee(fn.ctx, e):
                 c = self.r.ctx(r.target) if r.kind == "function" else None
@@ -262,7 +271,14 @@ class Generated:
                             out.extend(self._text(cfn, s, s.node.f["value"], {}, where, depth + 1))
             if out:
                 return out
-        return [Origin("unknown", None, where, f"the text `{_short(fn, e)}` is built in code, not read from a file")]
+        return self._built(fn, e, env, where, f"the text `{_short(fn, e)}` is built in code, not read from a file")
+
+    def _built(self, fn: _Fn, e: N, env: dict, where: str, why: str) -> list[Origin]:
+        """Text built in Python: itself when it evaluates to one constant string, else unknown."""
+        v = self.ce.eval(fn.ctx, e, env)
+        if isinstance(v, str):
+            return [Origin("text", None, where, text=v)]
+        return [Origin("unknown", None, where, why)]
 
     def _template(self, fn: _Fn, at: _Stmt, recv: N, env: dict, where: str, depth: int) -> list[Origin]:
         """`recv.render(...)`: the file the template `recv` is made from."""
@@ -282,6 +298,10 @@ class Generated:
             for o in self._text(fn, at, recv.f["args"][0], env, where, depth + 1):
                 if o.how == "copied":
                     out.append(Origin("rendered", o.path, where))
+                elif o.how == "text":
+                    out.append(Origin("unknown", None, where, "rendered from a template that is not a file of the scan: "
+                                      f"`{_short(fn, recv.f['args'][0])}` is a string held in Python code, not a file "
+                                      "of the scan"))
                 else:
                     out.append(Origin("unknown", None, where, "rendered from a template that is not a file of the scan: "
                                       + o.reason))

@@ -9,6 +9,7 @@ template is the template ("generated", read through the CUDA side's rendered vie
 """
 from __future__ import annotations
 
+import hashlib
 import itertools
 import math
 import posixpath
@@ -36,6 +37,9 @@ class SourceFile:
     reason: str = ""
     templates: tuple[str, ...] = ()  # for generated sources: the templates it is (or may be) rendered from
     suffix: str = ""  # for generated sources: of the file written (".cu"), from its path or the generator's code
+    # for a source whose text the generator builds in Python: that text, read at `path`, a name
+    # that is no file of the scan (written_text_path)
+    content: str | None = None
 
     def to_json(self) -> dict:
         d = {"text": self.text, "status": self.status, "path": self.path}
@@ -174,17 +178,28 @@ class JitModel:
             fctx = cctx
         env: dict = dict(outer or {})
         bound: dict = {}
+        callers: list[tuple[Ctx, N, dict]] = []  # each call on the chain, in its caller's bindings
         for fctx, call, cctx in reversed(chain):
             b = bind_args(fctx, call, cctx, self.r, f"called at {cctx.mod.path}:{call.line}")
             bound.update(b)
             outer = env
+            callers.append((cctx, call, outer))
             env = {p: self.ce.eval(actx, node, outer if actx is cctx else {}) for (_f, p), (actx, node, _c) in b.items()}
         saved = self.fe.bound
         self.fe.bound = {**saved, **bound}
         try:
-            return self._analyse(site, env)
+            return self._analyse(site, env, callers)
         finally:
             self.fe.bound = saved
+
+    def _written(self, ctx: Ctx, call: N, env: dict, callers: list) -> dict:
+        """Path written before the sink call -> origins: in the sink's function, and in each caller
+        on the binding chain before its call (the nearest writer of a path first)."""
+        written = dict(self.gen.writes_before(ctx, call, env) or {})
+        for cctx, ccall, cenv in reversed(callers):
+            for key, origins in (self.gen.writes_before(cctx, ccall, cenv) or {}).items():
+                written.setdefault(key, origins)
+        return written
 
     def literal_params(self, ctx: Ctx | None) -> list[tuple[str, list]]:
         """(name, options) of each parameter of a function annotated `Literal[...]` with several options."""
@@ -229,7 +244,10 @@ class JitModel:
         differ = len({k[1] for k in out}) > 1 or len({k[2] for k in out}) > 1
         return list(out.values()) if differ else []
 
-    def _analyse(self, site: SinkSite, env: dict | None = None) -> JitModule:
+    def _analyse(self, site: SinkSite, env: dict | None = None, callers: list | None = None) -> JitModule:
+        """The module of a sink, its function's parameters bound to `env`; callers: the calls
+        that bound them, (caller, call, the caller's bindings), whose writes before the call
+        (a source a caller writes and passes down) count as the sink function's own."""
         ctx, call, rule = site.ctx, site.call, site.rule
         env = env or {}
         m = JitModule(key=site.key, name="?", name_resolved=False, rule=rule.id, kind=rule.kind,
@@ -275,7 +293,7 @@ class JitModel:
                 sf = self._source(item, rule.source_root)
                 if sf.status in ("unresolved", "missing"):
                     if written is None:
-                        written = self.gen.writes_before(ctx, call, env) or {}
+                        written = self._written(ctx, call, env, callers or [])
                     got = _written_from(sf, item, written)
                     if got:
                         m.sources.extend(got)
@@ -675,12 +693,28 @@ def _written_from(sf: SourceFile, item, written: dict) -> list[SourceFile]:
     for o in origins:
         if o.how == "copied":
             out.append(SourceFile(sf.text, "resolved", o.path, reason=f"copied there at build time ({o.where})"))
+        elif o.how == "text":
+            name = sf.text.rsplit("/", 1)[-1]
+            suffix = "." + name.rsplit(".", 1)[1] if "." in name and "}" not in name.rsplit(".", 1)[1] else o.suffix
+            out.append(SourceFile(sf.text, "generated", written_text_path(name, o.text),
+                                  reason=f"written there at build time from text built in Python ({o.where})",
+                                  suffix=suffix, content=o.text))
         else:
             name = sf.text.rsplit("/", 1)[-1]
             suffix = "." + name.rsplit(".", 1)[1] if "." in name and "}" not in name.rsplit(".", 1)[1] else o.suffix
             out.append(SourceFile(sf.text, "generated", o.path, reason=f"rendered there at build time ({o.where})",
                                   templates=(o.path,), suffix=suffix))
     return out
+
+
+WRITTEN_TEXT_PREFIX = "<generated:"
+
+
+def written_text_path(name: str, text: str) -> str:
+    """Where a source written from text built in Python is read: a name no file of a scan has,
+    unique per text (the variants of one write site write different texts)."""
+    digest = hashlib.blake2b(text.encode("utf-8", "surrogateescape"), digest_size=6).hexdigest()
+    return f"{WRITTEN_TEXT_PREFIX}{digest}>/{name or 'source'}"
 
 
 def _generated_includes(written: dict, dest_dirs: set[str], source_keys: set[str]) -> list[tuple[str, str]]:
@@ -732,6 +766,15 @@ def _text(ctx: Ctx, n: N) -> str:
 ARCH_UNKNOWN = ("flags-unknown", "flags-arch")
 
 
+def _evaluated_without_arch(jm: JitModule) -> bool:
+    """The module's flags were evaluated item by item, each a constant passed always, and none
+    chooses an architecture: the flag sources its function holds (hard-coded, or read from a
+    parameter this variant binds) belong to other variants (`arch_flags = []` for one target,
+    `_FLAGS[target]` for the others)."""
+    return bool(jm.flag_items) and all(f.kind == "flag" and not f.condition and not _ARCH_FLAG.search(f.text)
+                                       for f in jm.flag_items)
+
+
 def build_admits(jm: JitModule, reg: Registry) -> tuple[frozenset | None, str, list[tuple[str, int, str]]]:
     """The GPUs a module's build gives code for, how that was established, and the flag sources
     that fix it. None when the flags that choose the architectures could not be evaluated."""
@@ -750,7 +793,7 @@ def build_admits(jm: JitModule, reg: Registry) -> tuple[frozenset | None, str, l
             return None, "unknown", gates
         majors = {m for f in arch_lists for m in f.majors}
         return frozenset(reg.with_major(majors)), "arch-list", gates
-    if any(f.kind == "unresolved" for f in jm.flags) or any(f.kind == "hard-coded" for f in jm.flags):
+    if any(f.kind in ("unresolved", "hard-coded") for f in jm.flags) and not _evaluated_without_arch(jm):
         return None, "unknown", gates
     # no architecture flag at all: the JIT compiles for the GPU it runs on
     return reg.all, "default", gates

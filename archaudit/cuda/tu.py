@@ -244,6 +244,9 @@ class CudaProject:
         # jinja templates (a JIT generator renders them into sources): read through template_view,
         # with what the view cannot stand for (line, message)
         self.view_notes: dict[str, list[tuple[int, str]]] = {}
+        # sources a JIT generator writes from text built in Python (callgraph.jit.written_text_path):
+        # no file of the scan, read from here
+        self.written: dict[str, bytes] = {}
 
     # -- roots
     @classmethod
@@ -263,6 +266,8 @@ class CudaProject:
     # -- per-file facts
     def read(self, path: str) -> bytes | None:
         """A file's bytes as the compiler would see them: a jinja template as its rendered view."""
+        if path in self.written:
+            return self.written[path]
         data = self.reader.read(path)
         if data is not None and path.endswith(_template_suffixes()):
             data, self.view_notes[path] = render_view(data)
@@ -333,9 +338,12 @@ class CudaProject:
 
     # -- analysis
     def analyse_tu(self, relpath: str, target: CompileTarget, extra_include_roots=None,
-                   extra_defines: dict[str, str | int] | None = None) -> TuResult:
+                   extra_defines: dict[str, str | int] | None = None, text: str | None = None) -> TuResult:
         """Judge one TU for one compile target. extra_include_roots / extra_defines: what a JIT
-        module adds for this source (flashinfer's extra_include_paths, -D flags)."""
+        module adds for this source (flashinfer's extra_include_paths, -D flags); text: the
+        source's text when a generator builds it in Python (relpath then names that text)."""
+        if text is not None:
+            self.written[relpath] = text.encode("utf-8", "surrogateescape")
         relpath = posixpath.normpath(relpath)
         if self.facts(relpath) is None:
             kind, msg = self.problem(relpath) or ("unreadable", f"cannot read {relpath}")

@@ -568,8 +568,8 @@ class _Converter:
                         continue
                     else:
                         args.append(self.expr(c))
-            elif argl is not None:  # generator expression argument
-                args.append(self.mk("comp", argl))
+            elif argl is not None:  # generator expression argument: `"".join(f(x) for x in xs)`
+                args.append(self.comprehension(argl))
             return self.mk("call", ts, func=self.expr(fn), args=args, kwargs=kwargs, star=star)
         if t == "integer":
             txt = self.text(ts).replace("_", "").rstrip("lLjJ")
