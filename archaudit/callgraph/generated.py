@@ -271,6 +271,7 @@ class Generated:
                             out.extend(self._text(cfn, s, s.node.f["value"], {}, where, depth + 1))
             if out:
                 return out
+            return [Origin("unknown", None, where, f"the text `{_short(fn, e)}` is built in code, not read from a file")]
         return self._built(fn, e, env, where, f"the text `{_short(fn, e)}` is built in code, not read from a file")
 
     def _built(self, fn: _Fn, e: N, env: dict, where: str, why: str) -> list[Origin]:

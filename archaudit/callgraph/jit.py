@@ -690,18 +690,17 @@ def _written_from(sf: SourceFile, item, written: dict) -> list[SourceFile]:
         tmpl = tuple(sorted({o.path for o in origins if o.how == "rendered"}))
         return [SourceFile(sf.text, "generated", reason=f"written at {unknown.where}: {unknown.reason}", templates=tmpl)]
     out = []
+    name = sf.text.rsplit("/", 1)[-1]
+    own_suffix = "." + name.rsplit(".", 1)[1] if "." in name and "}" not in name.rsplit(".", 1)[1] else None
     for o in origins:
+        suffix = own_suffix or o.suffix
         if o.how == "copied":
             out.append(SourceFile(sf.text, "resolved", o.path, reason=f"copied there at build time ({o.where})"))
         elif o.how == "text":
-            name = sf.text.rsplit("/", 1)[-1]
-            suffix = "." + name.rsplit(".", 1)[1] if "." in name and "}" not in name.rsplit(".", 1)[1] else o.suffix
             out.append(SourceFile(sf.text, "generated", written_text_path(name, o.text),
                                   reason=f"written there at build time from text built in Python ({o.where})",
                                   suffix=suffix, content=o.text))
         else:
-            name = sf.text.rsplit("/", 1)[-1]
-            suffix = "." + name.rsplit(".", 1)[1] if "." in name and "}" not in name.rsplit(".", 1)[1] else o.suffix
             out.append(SourceFile(sf.text, "generated", o.path, reason=f"rendered there at build time ({o.where})",
                                   templates=(o.path,), suffix=suffix))
     return out

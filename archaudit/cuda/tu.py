@@ -342,9 +342,9 @@ class CudaProject:
         """Judge one TU for one compile target. extra_include_roots / extra_defines: what a JIT
         module adds for this source (flashinfer's extra_include_paths, -D flags); text: the
         source's text when a generator builds it in Python (relpath then names that text)."""
+        relpath = posixpath.normpath(relpath)
         if text is not None:
             self.written[relpath] = text.encode("utf-8", "surrogateescape")
-        relpath = posixpath.normpath(relpath)
         if self.facts(relpath) is None:
             kind, msg = self.problem(relpath) or ("unreadable", f"cannot read {relpath}")
             return TuResult(relpath, target.name, "unknown", reason=msg,
