@@ -17,15 +17,15 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .cache import Cache, key_of
-from .inventory import protected_sinks
-from .judge import patch_gates_of, protected_functions
 from .model import PARTIAL, SOFTWARE_ONLY, Gate
-from .patch import Patcher, combined_patch, module_binding, reevaluate_gate
 from .python.index import Index
 from .runtime import run_with_big_stack
 from .scancache import input_fingerprint, inputs_unchanged
 from .sources import WheelSource, open_source
 from .targets import Gpu, Registry
+from .verdict.inventory import protected_sinks
+from .verdict.judge import patch_gates_of, protected_functions
+from .verdict.patch import Patcher, combined_patch, module_binding, reevaluate_gate
 
 DERIVED_NS = "derived"
 DERIVED_VERSION = "derived-v1"

@@ -52,7 +52,7 @@ ARCH_LIST = "arch-list"  # get_nvcc_flags_list(supported_major_versions=[9, 10])
 NVCC_FLAGS = "nvcc-flags"  # hard-coded -gencode flags given to a JIT build
 CPP_RUNTIME_CHECK = "cpp-runtime-check"  # TORCH_CHECK(sm >= 90) in C++ host code
 # a JIT generator whose nvcc flags are hard-coded (a literal, a module constant, an arch-keyed
-# table) and give code for some GPUs only: reported at the generator's def (archaudit.inventory)
+# table) and give code for some GPUs only: reported at the generator's def (archaudit.verdict.inventory)
 BUILD_FLAGS = "build-flags"
 
 @dataclass

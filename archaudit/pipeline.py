@@ -784,7 +784,7 @@ def _cutoff(source: Source, fp, prev: dict | None, store: Cache, tnames: list[st
         patches = [f.patch for f in payload["findings"] if f.patch and f"--- {p}\n" in f.patch]
         if patches:
             # lazy: a cache hit imports no analysis
-            from .patch import hunks_unchanged
+            from .verdict.patch import hunks_unchanged
 
             o, n = (x.decode("utf-8", "surrogateescape") for x in (old, new))
             if not all(hunks_unchanged(t, p, o, n) for t in patches):
@@ -812,14 +812,14 @@ class JudgedScan:
 def judge_scan(source: Source, files: list[str], index: Index, gates: list[Gate], targets: list[TargetRequest],
                reg: Registry, path_based: bool, say: Progress, cuda: CudaWorker | None = None,
                package_of: Callable[[str], str | None] = lambda p: None) -> JudgedScan:
-    """Verdicts for every gate x target the gate excludes (archaudit.judge), and the JIT-module
-    inventory with the build-flag gates it finds (archaudit.inventory)."""
+    """Verdicts for every gate x target the gate excludes (archaudit.verdict.judge), and the JIT-module
+    inventory with the build-flag gates it finds (archaudit.verdict.inventory)."""
     # lazy: a cache hit imports no analysis
     from .callgraph import Analysis
     from .cuda.tu import CudaProject
-    from .inventory import Inventory
-    from .judge import TuCache, behind_from_callgraph, judge_gates, tests_before_from_callgraph
-    from .patch import Patcher, module_binding, reevaluate_gate
+    from .verdict.inventory import Inventory
+    from .verdict.judge import TuCache, behind_from_callgraph, judge_gates, tests_before_from_callgraph
+    from .verdict.patch import Patcher, module_binding, reevaluate_gate
 
     reader = SourceReader(source)
     say("finding include roots")

@@ -6,7 +6,7 @@ import shutil
 import pytest
 from click.testing import CliRunner
 
-from archaudit.baseline import (NOT_JUDGED, expr_skeleton, fingerprint, gate_keys, line_reader, parse_fail_on,
+from archaudit.verdict.baseline import (NOT_JUDGED, expr_skeleton, fingerprint, gate_keys, line_reader, parse_fail_on,
                                 parse_suppression, reportable)
 from archaudit.cli import main
 from archaudit.model import HARDWARE_BOUND, UNRESOLVED, VERDICTS, Finding, Gate

@@ -189,7 +189,7 @@ def test_comment_appended_to_a_patched_file_is_cut_off(tmp_path, reg):
 
 
 def test_hunks_unchanged():
-    from archaudit.patch import hunks_unchanged, unified_diff
+    from archaudit.verdict.patch import hunks_unchanged, unified_diff
 
     old = "".join(f"line {i}\n" for i in range(1, 21))
     edited = old.replace("line 10\n", "line 10 or 12\n")
@@ -241,7 +241,7 @@ def test_cuda_warm_up_then_analysis_reports_in_the_analysis(tmp_path, reg):
     import threading
 
     from archaudit import pipeline
-    from archaudit.judge import TuCache
+    from archaudit.verdict.judge import TuCache
     from archaudit.sources import DirSource
 
     tree = tmp_path / "verdicts"

@@ -8,7 +8,8 @@ import pytest
 from click.testing import CliRunner
 
 from archaudit.cli import main
-from archaudit.diff import ADMITTED, diff_scans, match_gates, norm_expr, render_json, render_text, summary_lines, to_sarif
+from archaudit.report.diff import render_json, render_text, summary_lines, to_sarif
+from archaudit.verdict.diff import ADMITTED, diff_scans, match_gates, norm_expr
 from archaudit.model import HARDWARE_BOUND, SOFTWARE_ONLY, UNRESOLVED, Finding, Gate
 from archaudit.pipeline import ScanResult
 from archaudit.sources import Distribution

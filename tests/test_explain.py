@@ -1,5 +1,5 @@
 """explain: the whole evidence for one gate, without a full scan."""
-from archaudit.explain import explain, render_text
+from archaudit.verdict.explain import explain, render_text
 from archaudit.pipeline import run_with_big_stack
 from archaudit.python.index import Index
 from archaudit.sources import open_source

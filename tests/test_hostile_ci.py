@@ -635,7 +635,7 @@ def test_gate_dense_module_is_judged_under_a_budget(tmp_path):
     definitions for callers, charged to the file: past judge.JUDGE_WORK_BUDGET its remaining
     gates are unresolved, with one analysis-budget diagnostic each; the gate beside it is judged
     as usual."""
-    from archaudit.judge import JUDGE_WORK_BUDGET
+    from archaudit.verdict.judge import JUDGE_WORK_BUDGET
     from archaudit.python.gates import MAX_MODULE_FUNCTIONS
 
     whl = dense_wheel(tmp_path / "densepkg-1.0-py3-none-any.whl", 1, 4000)
@@ -685,7 +685,7 @@ def test_many_gate_dense_modules_share_the_scans_budgets(tmp_path, monkeypatch):
     The bounds are made small here (in process) so that each is reached by a small wheel."""
     from click.testing import CliRunner
 
-    import archaudit.judge as judge
+    import archaudit.verdict.judge as judge
     import archaudit.python.gates as pgates
     from archaudit.cli import main
 

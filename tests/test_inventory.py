@@ -1,4 +1,4 @@
-"""The JIT-module inventory (archaudit.inventory): one record per generator variant, the GPUs its
+"""The JIT-module inventory (archaudit.verdict.inventory): one record per generator variant, the GPUs its
 build flags admit, a verdict per target, and build-flag gates at the generators' defs."""
 import json
 

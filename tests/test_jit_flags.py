@@ -6,7 +6,7 @@ import pytest
 from archaudit.callgraph import Analysis
 from archaudit.callgraph.flags import defines_of, hard_coded_archs
 from archaudit.cuda.preproc import UNKNOWN_VALUE
-from archaudit.judge import behind_from_callgraph
+from archaudit.verdict.judge import behind_from_callgraph
 from archaudit.model import Gate
 from conftest import FIXTURES
 
@@ -121,7 +121,7 @@ def test_flag_parsing_units():
 def test_0615_fp8_blockscale_judged_with_its_defines(sp0615, reg):
     """flashinfer 0.6.15.post1 gen_fp8_blockscale_gemm_sm90_module: without its -D flags
     fp8_blockscale_gemm.cu compiles to almost nothing; with them the Hopper wgmma code is active."""
-    from archaudit.explain import explain
+    from archaudit.verdict.explain import explain
     from archaudit.pipeline import run_with_big_stack
     from archaudit.python.index import Index
     from archaudit.sources import open_source

@@ -184,7 +184,7 @@ def test_a_two_operand_check_becomes_the_plain_macro(reg):
     """`TVM_FFI_ICHECK_EQ(props.major, 10)` has no condition to extend: it is rewritten to the plain
     macro with the comparison and the target's clause; the check scan then admits sm_12x."""
     from archaudit.cuda.runtime_checks import find_runtime_checks
-    from archaudit.patch import _cpp_check_edits
+    from archaudit.verdict.patch import _cpp_check_edits
 
     text = ("void f(int device) {\n  cudaDeviceProp props;\n  cudaGetDeviceProperties(&props, device);\n"
             "  TVM_FFI_ICHECK_EQ(props.major, 10) << \"needs SM10x\";\n}\n")
@@ -201,7 +201,7 @@ def test_an_edit_outside_the_gate_never_sends_the_target_to_an_exit(reg):
     edited so that sm_120 does not take the exit (the or-form would make it return False there)."""
     import ast
 
-    from archaudit.patch import _scope_value_edits
+    from archaudit.verdict.patch import _scope_value_edits
 
     src = ("import torch\n\n\ndef can_use():\n    if torch.cuda.get_device_capability()[0] < 9:\n"
            "        return False\n    return True\n")
@@ -215,7 +215,7 @@ def test_an_edit_outside_the_gate_never_sends_the_target_to_an_exit(reg):
 def test_only_a_literal_of_gpus_gets_the_target(reg):
     import ast
 
-    from archaudit.patch import _seq_edit
+    from archaudit.verdict.patch import _seq_edit
 
     gpu = reg.by_name["sm_120"]
     for src, want in (("(100, 103)", "(100, 103, 120)"), ("[9, 10]", "[9, 10, 12]"), ("(10,)", "(10, 12)"),
@@ -228,7 +228,7 @@ def test_only_a_literal_of_gpus_gets_the_target(reg):
 
 # the pinned pair (flashinfer 0.7.2 + sglang 0.5.23): one gate of each kind that had no patch
 def _explain072(root, reg, site):
-    from archaudit.explain import explain
+    from archaudit.verdict.explain import explain
     from archaudit.pipeline import run_with_big_stack
     from archaudit.python.index import Index
     from archaudit.sources import open_source

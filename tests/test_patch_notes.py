@@ -6,7 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from archaudit.cli import main
-from archaudit.patch_warnings import excluding_comments
+from archaudit.verdict.patch_warnings import excluding_comments
 from archaudit.pipeline import scan
 
 from conftest import FIXTURES

@@ -4,7 +4,7 @@ fixtures/platform/mcpkg: one generator per case, each gated to [9, 10]; the pinn
 for flashinfer's MNNVL all-reduce."""
 import pytest
 
-from archaudit.explain import explain
+from archaudit.verdict.explain import explain
 from archaudit.pipeline import run_with_big_stack, scan
 from archaudit.python.index import Index
 from archaudit.sources import open_source

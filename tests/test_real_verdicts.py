@@ -2,7 +2,7 @@
 the gate's own function is evaluated, the call graph followed, the CUDA sources judged."""
 import pytest
 
-from archaudit.explain import explain
+from archaudit.verdict.explain import explain
 from archaudit.pipeline import run_with_big_stack
 from archaudit.python.index import Index
 from archaudit.sources import open_source

@@ -9,7 +9,7 @@ import jsonschema
 import pytest
 from click.testing import CliRunner
 
-from archaudit.baseline import fingerprint, gate_keys, reportable
+from archaudit.verdict.baseline import fingerprint, gate_keys, reportable
 from archaudit.cli import main
 from archaudit.model import (HARDWARE_BOUND, PARTIAL, SOFTWARE_ONLY, Evidence, Finding, Gate, Kernel, Link,
                              ModuleVerdict)
@@ -262,7 +262,7 @@ def test_cli_sarif_needs_a_target(repo):
 def test_real_sarif_validates_and_fits_github_limits(scan072, reg, schema, tmp_path):
     from dataclasses import replace
 
-    from archaudit.baseline import line_reader
+    from archaudit.verdict.baseline import line_reader
     from archaudit.repo import repo_context
     from archaudit.sources import open_source
 

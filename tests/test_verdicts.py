@@ -274,7 +274,7 @@ class _FakeTus:
     ({"slow": ["stub_k", "real_k"]}, "hardware-bound"),  # no entry point reaches only real kernels
 ])
 def test_partial_needs_an_entry_point_known_to_be_real(reg, exports, verdict):
-    from archaudit.judge import Behind, ModuleRef, classify
+    from archaudit.verdict.judge import Behind, ModuleRef, classify
 
     from archaudit.model import Gate
 

@@ -38,7 +38,7 @@ def scan_options(f):
 
 def _fail_set(text):
     # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
-    from ..baseline import parse_fail_on
+    from ..verdict.baseline import parse_fail_on
 
     try:
         return parse_fail_on(text)
@@ -66,7 +66,7 @@ def _repo_context(repo_root, scan_root, **kw):
 
 def _items(result, suppress: bool = True):
     # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
-    from ..baseline import line_reader, reportable
+    from ..verdict.baseline import line_reader, reportable
     from ..sources import SourceError, open_source
 
     reader = None
@@ -84,7 +84,7 @@ class ScanCI:
 
     def __init__(self, fmt, output, baseline_file, fail_on, repo_root, inventory):
         # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
-        from ..baseline import BaselineError, load_baseline
+        from ..verdict.baseline import BaselineError, load_baseline
 
         self.fmt, self.output = fmt, output
         self.fail = _fail_set(fail_on)
@@ -128,7 +128,7 @@ class ScanCI:
         (findings limited to the new ones with --baseline). `keep(finding)`: the report's filters
         (archaudit/filters.py), applied to what SARIF, the baseline and --fail-on see."""
         # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
-        from ..baseline import mark_new
+        from ..verdict.baseline import mark_new
 
         items = _items(result)
         if keep is not None:
@@ -219,7 +219,7 @@ def register(main) -> None:
     def baseline(path, targets, output, quiet, no_cache):
         """Record today's findings so that `scan --baseline` reports only new ones."""
         # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
-        from ..baseline import dump_baseline
+        from ..verdict.baseline import dump_baseline
         from ..targets import registry
 
         reqs = parse_targets(targets)
@@ -246,8 +246,9 @@ def register(main) -> None:
     def diff(old, new, targets, fmt, output, fail_on, repo_root, quiet, no_cache):
         """Compare the gates of two environments (site-packages, wheels, source trees): a dependency bump."""
         # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
-        from .. import diff as d
+        from ..report.diff import render_json, render_text, to_sarif
         from ..targets import registry
+        from ..verdict.diff import diff_scans
 
         reqs = parse_targets(targets)
         check_output(output)
@@ -258,16 +259,16 @@ def register(main) -> None:
         reg = registry()
         a = scan_with_progress(old, reqs, reg, quiet, "old", cache=not no_cache)
         b = scan_with_progress(new, reqs, reg, quiet, "new", cache=not no_cache)
-        res = d.diff_scans(a, b, [t.gpu.name for t in reqs])
+        res = diff_scans(a, b, [t.gpu.name for t in reqs])
         if fmt == "json":
-            text = d.render_json(res, reg)
+            text = render_json(res, reg)
         elif fmt == "sarif":
             # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
             from ..report.sarif import dumps
 
-            text = dumps(d.to_sarif(res, reg, _repo_context(repo_root, new)))
+            text = dumps(to_sarif(res, reg, _repo_context(repo_root, new)))
         else:
-            text = d.render_text(res, reg)
+            text = render_text(res, reg)
         write_output(text, output)
         failing = res.changes if fail_on == "any" else [c for c in res.changes if c.regressions()] if fail_on == "regression" else []
         if failing:

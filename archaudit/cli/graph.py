@@ -85,7 +85,7 @@ def _explain_targets(path, site, targets, fmt, output, no_cache) -> None:
     """The scan's verdicts for the gates on one line: the scan runs through its cache (a hit after
     `archaudit scan PATH -t ...` with the same targets), so explain says what scan reported."""
     # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
-    from ..explain import from_scan, render_text
+    from ..verdict.explain import from_scan, render_text
     from ..report.jsonout import finding_to_json, gate_to_json
     from ..sources import open_source
     from ..targets import registry

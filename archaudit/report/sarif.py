@@ -13,8 +13,8 @@ import re
 from urllib.parse import quote
 
 from .. import __version__
-from ..baseline import fingerprint, gate_keys
 from ..model import BINARY_ONLY, HARDWARE_BOUND, NO_GPU_CODE, PARTIAL, SOFTWARE_ONLY, UNRESOLVED
+from ..verdict.baseline import fingerprint, gate_keys
 
 SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
 INFORMATION_URI = "https://github.com/archaudit/archaudit"

@@ -37,21 +37,21 @@ import difflib
 import re
 from dataclasses import dataclass
 
-from .callgraph import Analysis
-from .callgraph.jit import build_admits
-from .cuda import runtime_checks as rc
-from .cuda.runtime_checks import scan_runtime_checks
-from .model import (ARCH_LIST, BUILD_FLAGS, CAPABILITY_COMPARE, CPP_RUNTIME_CHECK, FLAG, NVCC_FLAGS, PREDICATE_CALL,
-                    Gate)
-from .parsing import cpp
+from ..callgraph import Analysis
+from ..callgraph.jit import build_admits
+from ..cuda import runtime_checks as rc
+from ..cuda.runtime_checks import scan_runtime_checks
+from ..model import (ARCH_LIST, BUILD_FLAGS, CAPABILITY_COMPARE, CPP_RUNTIME_CHECK, FLAG, NVCC_FLAGS, PREDICATE_CALL,
+                     Gate)
+from ..parsing import cpp
+from ..python.gates import to_gates
+from ..python.index import Index
+from ..python.interp import Interp
+from ..python.values import FuncRef
+from ..ruledata import load_rule
+from ..sources import Source
+from ..targets import Gpu, Registry, admits_of_nvcc_flags
 from .patch_warnings import excluding_comments
-from .python.gates import to_gates
-from .python.index import Index
-from .python.interp import Interp
-from .python.values import FuncRef
-from .ruledata import load_rule
-from .sources import Source
-from .targets import Gpu, Registry, admits_of_nvcc_flags
 
 
 @dataclass

@@ -19,16 +19,16 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from .model import (BINARY_ONLY, BUILD_FLAGS, CPP_RUNTIME_CHECK, HARDWARE_BOUND, NO_GPU_CODE, PARTIAL, SOFTWARE_ONLY, UNRESOLVED,
-                    Diagnostic, Evidence, Finding, Gate, Kernel, Link, ModuleVerdict, internal_error)
-from .callgraph import GateSite
-from .callgraph.dsl import DslCallRule, dsl_rule_for
-from .callgraph.graph import SearchBudgetExceeded
-from .platform import PlatformNeed, need_finder
-from .cuda.includes import IncludeRoot
-from .platform_facts import needs_index, needs_of, refuse_on_platform
-from .ruledata import load_rule
-from .targets import CompileTarget, Gpu, admits_of_nvcc_flags, registry
+from ..callgraph import GateSite
+from ..callgraph.dsl import DslCallRule, dsl_rule_for
+from ..callgraph.graph import SearchBudgetExceeded
+from ..cuda.includes import IncludeRoot
+from ..model import (BINARY_ONLY, BUILD_FLAGS, CPP_RUNTIME_CHECK, HARDWARE_BOUND, NO_GPU_CODE, PARTIAL, SOFTWARE_ONLY, UNRESOLVED,
+                     Diagnostic, Evidence, Finding, Gate, Kernel, Link, ModuleVerdict, internal_error)
+from ..platform import PlatformNeed, need_finder
+from ..platform_facts import needs_index, needs_of, refuse_on_platform
+from ..ruledata import load_rule
+from ..targets import CompileTarget, Gpu, admits_of_nvcc_flags, registry
 
 # TU diagnostics a scan reports as problems of the input (archaudit.cuda.tu.INPUT_PROBLEMS less the
 # read failures, which the Source reports itself), and an #include of an absolute path (never read)
@@ -160,14 +160,14 @@ def judge_module(ref: ModuleRef, ct: CompileTarget, tus: TuCache) -> ModuleJudge
     out = ModuleJudgement(mv, [], {})
     if ref.binary is not None and "op" in ref.binary:
         # lazy: a cache hit imports no analysis
-        from .binary.torchops import prediction
+        from ..binary.torchops import prediction
 
         v = ref.binary["index"].judge(*ref.binary["op"], ct.gpu_name)
         mv.prediction, mv.reason = prediction(v), v.reason
         return out
     if ref.binary is not None:
         # lazy: a cache hit imports no analysis
-        from .binary.sinks import module_binary
+        from ..binary.sinks import module_binary
 
         b = module_binary(ref.binary["sink"], ct.gpu_name)
         mv.prediction = "binary" if b["runs"] in ("no", "unknown") else "builds"
@@ -478,7 +478,7 @@ def _confiner(analysis):
     c = analysis.__dict__.get("_confiner")
     if c is None:
         # lazy: a cache hit imports no analysis
-        from .callgraph.confine import Confiner
+        from ..callgraph.confine import Confiner
 
         scanned = {m.split(".", 1)[0] for m in analysis.index.path_of}
         c = analysis.__dict__["_confiner"] = Confiner(
@@ -655,7 +655,7 @@ def judge_gates(gates: list[Gate], gpus: list[tuple[Gpu, CompileTarget]], behind
 
 def _maintainer_words(f: Finding, g: Gate, gpu: Gpu, patcher) -> None:
     """A gate held by a platform need: a comment at the gate saying the target is left out on
-    purpose (archaudit.patch_warnings) is shown as evidence with the verdict."""
+    purpose (archaudit.verdict.patch_warnings) is shown as evidence with the verdict."""
     if not any(e.feature.startswith("platform.") for e in f.evidence):
         return
     try:
@@ -1087,7 +1087,7 @@ def _extension_index(analysis):
     idx = analysis.__dict__.get("_extensions")
     if idx is None:
         # lazy: a cache hit imports no analysis
-        from .binary.torchops import ExtensionIndex
+        from ..binary.torchops import ExtensionIndex
 
         idx = analysis.__dict__["_extensions"] = ExtensionIndex(analysis.source)
     return idx
@@ -1098,7 +1098,7 @@ def _torch_op_refs(analysis, calls_out) -> tuple[dict[str, ModuleRef], list]:
     registers: a ModuleRef each, judged through that binary; an op its build does not define is
     no code of this build and is dropped. The other calls are returned as they were."""
     # lazy: a cache hit imports no analysis
-    from .binary.torchops import torch_op
+    from ..binary.torchops import torch_op
 
     refs: dict[str, ModuleRef] = {}
     rest = []
@@ -1119,7 +1119,7 @@ def _torch_op_refs(analysis, calls_out) -> tuple[dict[str, ModuleRef], list]:
 
 def _binary_sinks_in(analysis, functions: set[str]) -> list:
     # lazy: a cache hit imports no analysis
-    from .binary.sinks import sink_finder, sinks_in_function
+    from ..binary.sinks import sink_finder, sinks_in_function
 
     cache = analysis.__dict__.setdefault("_binary_sinks", {})
     out = []

@@ -16,7 +16,7 @@ import io
 import re
 import tokenize
 
-from .targets import Gpu
+from ..targets import Gpu
 
 PY_SUFFIXES = (".py", ".pyi")
 

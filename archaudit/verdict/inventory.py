@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .callgraph.behind import BehindModule
-from .callgraph.jit import ARCH_UNKNOWN, JitModule, build_admits
+from ..callgraph.behind import BehindModule
+from ..callgraph.jit import ARCH_UNKNOWN, JitModule, build_admits
+from ..model import (BUILD_FLAGS, HARDWARE_BOUND, NVCC_FLAGS, PARTIAL, SOFTWARE_ONLY, UNRESOLVED, Diagnostic, Finding, Gate, Link,
+                     internal_error)
+from ..targets import CompileTarget, Gpu, Registry
 from .judge import Behind, ModuleRef, TuCache, classify, module_refs, patch_plan
-from .model import (BUILD_FLAGS, HARDWARE_BOUND, NVCC_FLAGS, PARTIAL, SOFTWARE_ONLY, UNRESOLVED, Diagnostic, Finding, Gate, Link,
-                    internal_error)
-from .targets import CompileTarget, Gpu, Registry
 
 ADMITTED = "admitted"
 # a sink whose sources or flags come from parameters is judged once per chain of calls binding them

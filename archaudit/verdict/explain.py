@@ -15,19 +15,19 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from .callgraph import Analysis
-from .cuda.runtime_checks import find_runtime_checks
-from .cuda.tu import CudaProject
+from ..callgraph import Analysis
+from ..cuda.runtime_checks import find_runtime_checks
+from ..cuda.tu import CudaProject
+from ..model import Finding, Gate
+from ..pipeline import SourceReader
+from ..python.gates import to_gates
+from ..python.index import function_at_line
+from ..python.interp import Interp
+from ..report.shown import shown
+from ..sources import Source
+from ..targets import Registry, TargetRequest
 from .judge import TuCache, behind_from_callgraph, judge_gates, tests_before_from_callgraph
-from .model import Finding, Gate
 from .patch import Patcher, module_binding, reevaluate_gate
-from .pipeline import SourceReader
-from .python.gates import to_gates
-from .python.index import function_at_line
-from .python.interp import Interp
-from .report.shown import shown
-from .sources import Source
-from .targets import Registry, TargetRequest
 
 
 @dataclass

@@ -13,9 +13,9 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from . import __version__
-from .model import UNRESOLVED, VERDICTS, Finding, Gate
-from .safeio import UnsafeInput, load_json_file
+from .. import __version__
+from ..model import UNRESOLVED, VERDICTS, Finding, Gate
+from ..safeio import UnsafeInput, load_json_file
 
 # a finding that no verdict was computed for (before/without the judge): honest, never a guess
 NOT_JUDGED = "no verdict was computed for this gate on this GPU"
