@@ -87,13 +87,17 @@ def patch_output(result, path, gpu: Gpu, include_partial: bool, reg: Registry) -
     wanted = (SOFTWARE_ONLY, PARTIAL) if include_partial else (SOFTWARE_ONLY,)
     gates: list[Gate] = []
     own: set[str] = set()  # the modules of the findings patched (their build calls may be edited)
+    elsewhere: list[tuple[Gate, list[Gate]]] = []  # findings whose plan edits only other places
     out = PatchOutput("")
     for f in result.findings:
         if f.target != gpu.name:
             continue
         if f.verdict in wanted:
-            gates += patch_gates_of(f, result.gates)
+            plan = patch_gates_of(f, result.gates)
+            gates += plan
             own |= {m.name for m in f.modules}
+            if all(_place(g) != _place(f.gate) for g in plan):
+                elsewhere.append((f.gate, plan))
         else:
             out.skipped[f.verdict] = out.skipped.get(f.verdict, 0) + 1
     if not gates:
@@ -117,6 +121,30 @@ def patch_output(result, path, gpu: Gpu, include_partial: bool, reg: Registry) -
     for g, p in done:
         mark = "patched" if p.new_text is not None else "covered" if p.covered else "NOT patched"
         out.done.append((mark, g.path, g.line, p.description))
+    out.done = sorted(out.done + _findings_edited_elsewhere(elsewhere, out.done), key=lambda d: (d[1], d[2]))
+    return out
+
+
+def _place(g: Gate) -> tuple[str, int]:
+    return (g.path, g.line)
+
+
+def _findings_edited_elsewhere(elsewhere: list[tuple[Gate, list[Gate]]],
+                               done: list[tuple[str, str, int, str]]) -> list[tuple[str, str, int, str]]:
+    """A line for each finding whose plan edits other places only (a build-flag gate at a generator,
+    edited at its build call): the finding is not patched when one of those edits was not made,
+    and its line says where the edit is, or why it was refused."""
+    at = {(path, line): (mark, text) for mark, path, line, text in done}
+    out = []
+    for gate, plan in elsewhere:
+        marks = [(g, at[_place(g)]) for g in plan if _place(g) in at]
+        if not marks:
+            continue
+        refused = [(g, m) for g, m in marks if m[0] == "NOT patched"]
+        g0, (mark, text) = refused[0] if refused else marks[0]
+        if not refused and any(m[0] == "patched" for _g, m in marks):
+            mark = "patched"
+        out.append((mark, gate.path, gate.line, f"by the edit at {g0.path}:{g0.line}: {text}"))
     return out
 
 

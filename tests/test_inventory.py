@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from archaudit.derived import patch_output
 from archaudit.pipeline import scan
 from archaudit.report.jsonout import to_json
 
@@ -128,3 +129,21 @@ def test_modules_in_json(result, reg):
     assert (v["verdict"], v["compile_target"]) == ("hardware-bound", "sm_120f")
     assert [(e["path"], e["line"], e["feature"]) for e in v["evidence"]][:1] == [
         ("varlib/data/csrc/tcgen05.cu", 2, "ptx.tcgen05")]
+
+
+def test_patch_names_each_finding_whose_edit_is_elsewhere(result, reg):
+    # a build-flag gate at a generator's def is edited at its build call: `archaudit patch` reports
+    # the finding itself too, with the edit's place, or why that edit was refused
+    out = patch_output(result, ROOT, reg.parse("sm_120").gpu, False, reg)
+    by_place = {(path, line): (mark, text) for mark, path, line, text in out.done}
+    assert by_place[("varlib/jit/kdalike.py", 48)] == (
+        "NOT patched", "by the edit at varlib/jit/kdalike.py:28: not edited: this build call also builds the module "
+        "kindvar_commit_sm100a (generator varlib.jit.kdalike.gen_kind_variant_module), hardware-bound for sm_120; "
+        "the target's -gencode added here would let sm_120 build that module too: give this module its own flags "
+        "by hand")
+    assert by_place[("varlib/jit/legacyflags.py", 12)] == (
+        "patched", "by the edit at varlib/jit/legacyflags.py:23: add -gencode=arch=compute_120f,code=sm_120f to "
+        "extra_cuda_cflags (appended to the list literal)")
+    # the build call's own line is still listed once
+    assert by_place[("varlib/jit/kdalike.py", 28)][0] == "NOT patched"
+    assert [p for _m, p, _l, _t in out.done].count("varlib/jit/kdalike.py") == 2
