@@ -158,61 +158,20 @@ def judge_module(ref: ModuleRef, ct: CompileTarget, tus: TuCache) -> ModuleJudge
     """One JIT module for one compile target: its prediction, kernels and entry points."""
     mv = ModuleVerdict(ref.name, list(ref.sources), ct.name, "builds")
     out = ModuleJudgement(mv, [], {})
-    if ref.binary is not None and "op" in ref.binary:
-        # lazy: a cache hit imports no analysis
-        from ..binary.torchops import prediction
-
-        v = ref.binary["index"].judge(*ref.binary["op"], ct.gpu_name)
-        mv.prediction, mv.reason = prediction(v), v.reason
-        return out
     if ref.binary is not None:
-        # lazy: a cache hit imports no analysis
-        from ..binary.sinks import module_binary
-
-        b = module_binary(ref.binary["sink"], ct.gpu_name)
-        mv.prediction = "binary" if b["runs"] in ("no", "unknown") else "builds"
-        mv.reason = b["reason"]
+        _judge_binary(ref, ct, mv)
         return out
-    hard_note = ""
-    if ref.hard_flags:
-        flags = [f"-gencode=arch=compute_{c.split('_', 1)[1]},code={c}" for c in ref.hard_flags if "_" in c]
-        adm = admits_of_nvcc_flags(registry(), flags)
-        if adm is not None and ct.gpu_name not in adm:
-            # the build never targets this GPU: the sources are judged as if it did, with the
-            # module's own defines, and a patch must change the flags too
-            hard_note = (f"; built with hard-coded nvcc flags for {', '.join(ref.hard_flags)}, "
-                         f"which give no code for {ct.gpu_name}: a patch must change them too")
+    hard_note = _hard_flags_note(ref, ct)
     if ref.unresolved or not ref.sources:
-        if not ref.unresolved and ref.host_sources:
-            mv.sources = list(ref.host_sources)
-            mv.reason = "host code only: nothing is compiled for the GPU"
-            return out
-        mv.prediction = "unknown"
-        mv.reason = "; ".join(ref.unresolved) or "no source file resolved"
+        _judge_unresolved(ref, mv)
         return out
     status_of: dict[str, Kernel] = {}
-    stub_kind: dict[str, str] = {}
     unknown: list[str] = []
     for src in ref.sources:
         tu = tus.analyse(src, ct, ref.tu_roots(), ref.defines, ref.texts.get(src))
-        for k in tu.kernels:
-            status = {"empty": "empty-stub", "trap": "trap-stub"}.get(k.status, k.status)
-            prev = status_of.get(k.name)
-            # one name, several instantiations or files: the worst status speaks for it
-            if prev is None or (prev.status == "real" and status != "real"):
-                status_of[k.name] = Kernel(k.name, k.path, k.line, status, k.guard_line)
-        # stubs inside functions (CUTLASS_NOT_IMPLEMENTED, CuTe's invalid control path, a trap,
-        # an oversized shared-memory request): the function counts as a stub for its callers
-        for st in tu.stubs:
-            if st.kind in ("empty-kernel", "trap-kernel"):
-                continue
-            name = st.function or f"{st.path}:{st.line}"
-            prev = status_of.get(name)
-            if prev is None or prev.status == "real":
-                status_of[name] = Kernel(name, st.path, st.line, "trap-stub", st.guard_line)
-                stub_kind[name] = f"{st.kind} ({st.text[:80]})"
+        _add_kernels(tu, status_of, out.stub_kind)
         for name, e in tu.exports.items():
-            out.entry_kernels[name] = sorted(set(e.kernels) | ({n for n in e.reached if n in stub_kind}))
+            out.entry_kernels[name] = sorted(set(e.kernels) | ({n for n in e.reached if n in out.stub_kind}))
             out.entry_reached.setdefault(name, set()).update({e.function, *e.reached})
         if tu.prediction == "fails":
             mv.prediction = "fails"
@@ -223,15 +182,89 @@ def judge_module(ref: ModuleRef, ct: CompileTarget, tus: TuCache) -> ModuleJudge
         elif tu.prediction == "unknown":
             unknown.append(f"{src}: {tu.reason}")
     mv.kernels = sorted(status_of.values(), key=lambda k: (k.path, k.line, k.name))
-    out.stub_kind = stub_kind
+    _entry_statuses(out, status_of)
+    _module_prediction(mv, ct, unknown)
+    mv.reason += hard_note
+    return out
+
+
+def _judge_binary(ref: ModuleRef, ct: CompileTarget, mv: ModuleVerdict) -> None:
+    """A module that is prebuilt code: a torch op of a scanned extension, or a binary sink."""
+    if "op" in ref.binary:
+        # lazy: a cache hit imports no analysis
+        from ..binary.torchops import prediction
+
+        v = ref.binary["index"].judge(*ref.binary["op"], ct.gpu_name)
+        mv.prediction, mv.reason = prediction(v), v.reason
+        return
+    # lazy: a cache hit imports no analysis
+    from ..binary.sinks import module_binary
+
+    b = module_binary(ref.binary["sink"], ct.gpu_name)
+    mv.prediction = "binary" if b["runs"] in ("no", "unknown") else "builds"
+    mv.reason = b["reason"]
+
+
+def _hard_flags_note(ref: ModuleRef, ct: CompileTarget) -> str:
+    """What the module's reason adds when its hard-coded nvcc flags give no code for the GPU."""
+    if not ref.hard_flags:
+        return ""
+    flags = [f"-gencode=arch=compute_{c.split('_', 1)[1]},code={c}" for c in ref.hard_flags if "_" in c]
+    adm = admits_of_nvcc_flags(registry(), flags)
+    if adm is not None and ct.gpu_name not in adm:
+        # the build never targets this GPU: the sources are judged as if it did, with the
+        # module's own defines, and a patch must change the flags too
+        return (f"; built with hard-coded nvcc flags for {', '.join(ref.hard_flags)}, "
+                f"which give no code for {ct.gpu_name}: a patch must change them too")
+    return ""
+
+
+def _judge_unresolved(ref: ModuleRef, mv: ModuleVerdict) -> None:
+    """A module without GPU sources to read: host code only, or sources not followed."""
+    if not ref.unresolved and ref.host_sources:
+        mv.sources = list(ref.host_sources)
+        mv.reason = "host code only: nothing is compiled for the GPU"
+        return
+    mv.prediction = "unknown"
+    mv.reason = "; ".join(ref.unresolved) or "no source file resolved"
+
+
+def _add_kernels(tu, status_of: dict[str, Kernel], stub_kind: dict[str, str]) -> None:
+    """The kernels of one TU and the functions that stop at run time, into status_of (name ->
+    Kernel, the worst status across instantiations and files) and stub_kind (function -> why)."""
+    for k in tu.kernels:
+        status = {"empty": "empty-stub", "trap": "trap-stub"}.get(k.status, k.status)
+        prev = status_of.get(k.name)
+        # one name, several instantiations or files: the worst status speaks for it
+        if prev is None or (prev.status == "real" and status != "real"):
+            status_of[k.name] = Kernel(k.name, k.path, k.line, status, k.guard_line)
+    # stubs inside functions (CUTLASS_NOT_IMPLEMENTED, CuTe's invalid control path, a trap,
+    # an oversized shared-memory request): the function counts as a stub for its callers
+    for st in tu.stubs:
+        if st.kind in ("empty-kernel", "trap-kernel"):
+            continue
+        name = st.function or f"{st.path}:{st.line}"
+        prev = status_of.get(name)
+        if prev is None or prev.status == "real":
+            status_of[name] = Kernel(name, st.path, st.line, "trap-stub", st.guard_line)
+            stub_kind[name] = f"{st.kind} ({st.text[:80]})"
+
+
+def _entry_statuses(out: ModuleJudgement, status_of: dict[str, Kernel]) -> None:
+    """Each exported entry point's status from the kernels and stub functions it reaches."""
     for name, ks in out.entry_kernels.items():
         sts = {status_of[k].status for k in ks if k in status_of}
         # reaching a function that stops at run time (an atom for another target, a trap):
         # the entry point is taken to hit it, since a kernel template's callee is not bound here
         # an entry point that reaches no kernel by name in a module that has kernels: the launch
         # goes through something the name search does not follow (a template alias, a table)
-        mv.entry_points[name] = ("stub" if any(k in stub_kind for k in ks) else
-                                 "unknown" if not sts and status_of else _combine(sts))
+        out.verdict.entry_points[name] = ("stub" if any(k in out.stub_kind for k in ks) else
+                                          "unknown" if not sts and status_of else _combine(sts))
+
+
+def _module_prediction(mv: ModuleVerdict, ct: CompileTarget, unknown: list[str]) -> None:
+    """The module's prediction once every source is read: unknown when a source could not be
+    decided (unless one fails), stub when every kernel is one."""
     if mv.prediction != "fails" and unknown:
         mv.prediction = "unknown"
         mv.reason = "; ".join(unknown)
@@ -241,8 +274,6 @@ def judge_module(ref: ModuleRef, ct: CompileTarget, tus: TuCache) -> ModuleJudge
             mv.reason = f"every kernel is a stub on {ct.name}"
         else:
             mv.reason = f"every source builds for {ct.name}"
-    mv.reason += hard_note
-    return out
 
 
 STUBS = ("empty-stub", "trap-stub")
