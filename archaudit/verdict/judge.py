@@ -308,94 +308,21 @@ def classify(gate: Gate, gpu: Gpu, ct: CompileTarget, behind: Behind, tus: TuCac
     """The verdict for one gate that excludes `gpu`."""
     f = Finding(gate, gpu.name, UNRESOLVED, chain=list(behind.chain))
     dsl_reason = _dsl_needs(f, behind, ct)
-    if not behind.modules and dsl_reason:
-        f.verdict, f.reason = HARDWARE_BOUND, dsl_reason
-        return f
     if not behind.modules:
-        f.reason = behind.reason or "no JIT module or prebuilt binary found behind the gate"
-        if behind.no_gpu_code and not behind.outside:
-            f.verdict = NO_GPU_CODE
-            return f
-        if behind.outside:
-            f.reason += "; " + _outside_reason(behind.outside)
-            f.chain.extend(behind.outside[0][1])
-        return f
+        return _nothing_behind(f, behind, dsl_reason)
     verdicts: list[str] = []
     reasons: list[str] = []
     needing: list[tuple[int, str]] = []  # (index in verdicts, reason) of modules needing what gpu's system lacks
     for ref in behind.modules:
-        first = len(verdicts)
         mj = judge_module(ref, ct, tus)
-        mv = mj.verdict
-        f.modules.append(mv)
+        f.modules.append(mj.verdict)
         f.chain.extend(ref.chain)
-        if mv.prediction == "binary":
-            verdicts.append(BINARY_ONLY)
-            reasons.append(f"{ref.name}: {mv.reason}" if ref.binary and "op" in ref.binary else mv.reason)
-            sink = ref.binary.get("sink")
-            if sink is not None:
-                f.evidence.append(Evidence(sink.path, sink.line, "prebuilt-code", tuple(sink.archs or ()), mv.reason))
-            else:
-                f.evidence.extend(Evidence(p, 1, "prebuilt-code", (), mv.reason) for p in ref.sources)
-        elif mv.prediction == "unknown":
-            verdicts.append(UNRESOLVED)
-            reasons.append(f"{ref.name}: {mv.reason}")
-        elif ref.own_unit_only and not mv.kernels and mv.prediction != "fails":
-            verdicts.append(UNRESOLVED)
-            reasons.append(f"{ref.name}: the check guards host code that defines no kernel, and no JIT module in the "
-                           f"scan is known to compile this file with the sources that define the kernels it launches")
-        elif mv.prediction == "fails":
-            verdicts.append(HARDWARE_BOUND)
-            f.evidence.extend(mj.evidence)
-            reasons.append(f"{ref.name}: {mv.reason}")
-        else:
-            entry_points = ref.entry_points
-            if ref.guarded_function:
-                # a C++ check guards its own function: the exports that reach it
-                entry_points = frozenset(e for e, fns in mj.entry_reached.items()
-                                         if ref.guarded_function in fns) or entry_points
-            kernels, narrowed = reached_kernels(mj, entry_points)
-            stubs = [k for k in kernels if k.status in STUBS]
-            real = [k for k in kernels if k.status == "real"]
-            undecided = [k for k in kernels if k.status not in STUBS and k.status != "real"]
-            scope = (f"entry point(s) {', '.join(sorted(entry_points))}" if narrowed else "the module")
-            # concrete evidence first: an ArchTag only names what the code was written for
-            for k in sorted(stubs, key=lambda k: mj.stub_kind.get(k.name, "").startswith("arch-tag")):
-                what = ("is an empty kernel that silently does nothing" if k.status == "empty-stub"
-                        else f"stops at run time: {mj.stub_kind[k.name]}" if k.name in mj.stub_kind
-                        else "only traps")
-                guard = f": its body is excluded by the guard at line {k.guard_line}" if k.guard_line else ""
-                noun = "function" if k.name in mj.stub_kind else "kernel"
-                f.evidence.append(Evidence(k.path, k.guard_line or k.line, k.status, (),
-                                           f"{noun} {k.name} (line {k.line}) {what} on {ct.name}{guard}"))
-            if undecided and not stubs:
-                verdicts.append(UNRESOLVED)
-                reasons.append(f"{ref.name}: kernel(s) {', '.join(k.name for k in undecided)} are under conditions "
-                               f"that could not be decided for {ct.name}")
-            elif stubs and (not real or _all_entries_stub(mv, entry_points if narrowed else None)):
-                verdicts.append(HARDWARE_BOUND)
-                reasons.append(f"{ref.name}: every kernel {scope} reaches is a stub on {ct.name}"
-                               if not real else f"{ref.name}: " + (f"{scope} stop(s) at run time on {ct.name}" if narrowed else
-                                                           f"every entry point of the module stops at run time on {ct.name}"))
-            elif stubs and not any(st == "real" for st in mv.entry_points.values()):
-                # partial means "these entry points are safe": with none known to reach only real
-                # kernels, the stubs are what the gate's path may run
-                verdicts.append(HARDWARE_BOUND)
-                reasons.append(f"{ref.name}: {len(stubs)} kernel(s) {scope} reaches are stubs on {ct.name} "
-                               f"({', '.join(k.name for k in stubs)}) and no entry point of the module is known "
-                               f"to reach only real kernels")
-            elif stubs:
-                verdicts.append(PARTIAL)
-                safe = sorted(e for e, st in mv.entry_points.items() if st == "real")
-                reasons.append(f"{ref.name}: {len(stubs)} kernel(s) {scope} reaches are stubs on {ct.name} "
-                               f"({', '.join(k.name for k in stubs)}); entry points real on {ct.name}: "
-                               f"{', '.join(safe) or 'none'}")
-            else:
-                verdicts.append(SOFTWARE_ONLY)
-                reasons.append(f"{ref.name}: {mv.reason}" + (f"; {scope} reaches only real kernels" if narrowed else ""))
+        verdict, reason = _module_finding(f, ref, mj, ct)
+        verdicts.append(verdict)
+        reasons.append(reason)
         why = _platform_needs(f, ref, gpu)
         if why:
-            needing.append((first, why))
+            needing.append((len(verdicts) - 1, why))
     _platform_verdicts(verdicts, reasons, needing)
     if dsl_reason:
         verdicts.append(HARDWARE_BOUND)
@@ -416,6 +343,91 @@ def classify(gate: Gate, gpu: Gpu, ct: CompileTarget, behind: Behind, tus: TuCac
     f.reason = "; ".join(reasons)
     f.feature = ", ".join(sorted({m.name for m in behind.modules}))
     return f
+
+
+def _nothing_behind(f: Finding, behind: Behind, dsl_reason: str) -> Finding:
+    """The finding of a gate with no JIT module or prebuilt binary behind it."""
+    if dsl_reason:
+        f.verdict, f.reason = HARDWARE_BOUND, dsl_reason
+        return f
+    f.reason = behind.reason or "no JIT module or prebuilt binary found behind the gate"
+    if behind.no_gpu_code and not behind.outside:
+        f.verdict = NO_GPU_CODE
+        return f
+    if behind.outside:
+        f.reason += "; " + _outside_reason(behind.outside)
+        f.chain.extend(behind.outside[0][1])
+    return f
+
+
+def _module_finding(f: Finding, ref: ModuleRef, mj: ModuleJudgement, ct: CompileTarget) -> tuple[str, str]:
+    """(verdict, reason) that one module behind the gate gives; its evidence goes on `f`."""
+    mv = mj.verdict
+    if mv.prediction == "binary":
+        sink = ref.binary.get("sink")
+        if sink is not None:
+            f.evidence.append(Evidence(sink.path, sink.line, "prebuilt-code", tuple(sink.archs or ()), mv.reason))
+        else:
+            f.evidence.extend(Evidence(p, 1, "prebuilt-code", (), mv.reason) for p in ref.sources)
+        return BINARY_ONLY, (f"{ref.name}: {mv.reason}" if ref.binary and "op" in ref.binary else mv.reason)
+    if mv.prediction == "unknown":
+        return UNRESOLVED, f"{ref.name}: {mv.reason}"
+    if ref.own_unit_only and not mv.kernels and mv.prediction != "fails":
+        return UNRESOLVED, (f"{ref.name}: the check guards host code that defines no kernel, and no JIT module in the "
+                            f"scan is known to compile this file with the sources that define the kernels it launches")
+    if mv.prediction == "fails":
+        f.evidence.extend(mj.evidence)
+        return HARDWARE_BOUND, f"{ref.name}: {mv.reason}"
+    return _kernels_finding(f, ref, mj, ct)
+
+
+def _kernels_finding(f: Finding, ref: ModuleRef, mj: ModuleJudgement, ct: CompileTarget) -> tuple[str, str]:
+    """(verdict, reason) of a module that builds, from the kernels the guarded path reaches:
+    stubs (evidence on `f`), real ones, and ones under conditions not decided for the target."""
+    mv = mj.verdict
+    entry_points = ref.entry_points
+    if ref.guarded_function:
+        # a C++ check guards its own function: the exports that reach it
+        entry_points = frozenset(e for e, fns in mj.entry_reached.items()
+                                 if ref.guarded_function in fns) or entry_points
+    kernels, narrowed = reached_kernels(mj, entry_points)
+    stubs = [k for k in kernels if k.status in STUBS]
+    real = [k for k in kernels if k.status == "real"]
+    undecided = [k for k in kernels if k.status not in STUBS and k.status != "real"]
+    scope = (f"entry point(s) {', '.join(sorted(entry_points))}" if narrowed else "the module")
+    _stub_evidence(f, mj, stubs, ct)
+    if undecided and not stubs:
+        return UNRESOLVED, (f"{ref.name}: kernel(s) {', '.join(k.name for k in undecided)} are under conditions "
+                            f"that could not be decided for {ct.name}")
+    if stubs and (not real or _all_entries_stub(mv, entry_points if narrowed else None)):
+        return HARDWARE_BOUND, (f"{ref.name}: every kernel {scope} reaches is a stub on {ct.name}"
+                                if not real else f"{ref.name}: " + (f"{scope} stop(s) at run time on {ct.name}" if narrowed else
+                                                            f"every entry point of the module stops at run time on {ct.name}"))
+    if stubs and not any(st == "real" for st in mv.entry_points.values()):
+        # partial means "these entry points are safe": with none known to reach only real
+        # kernels, the stubs are what the gate's path may run
+        return HARDWARE_BOUND, (f"{ref.name}: {len(stubs)} kernel(s) {scope} reaches are stubs on {ct.name} "
+                                f"({', '.join(k.name for k in stubs)}) and no entry point of the module is known "
+                                f"to reach only real kernels")
+    if stubs:
+        safe = sorted(e for e, st in mv.entry_points.items() if st == "real")
+        return PARTIAL, (f"{ref.name}: {len(stubs)} kernel(s) {scope} reaches are stubs on {ct.name} "
+                         f"({', '.join(k.name for k in stubs)}); entry points real on {ct.name}: "
+                         f"{', '.join(safe) or 'none'}")
+    return SOFTWARE_ONLY, f"{ref.name}: {mv.reason}" + (f"; {scope} reaches only real kernels" if narrowed else "")
+
+
+def _stub_evidence(f: Finding, mj: ModuleJudgement, stubs: list[Kernel], ct: CompileTarget) -> None:
+    """One evidence line per stub kernel or function the path reaches."""
+    # concrete evidence first: an ArchTag only names what the code was written for
+    for k in sorted(stubs, key=lambda k: mj.stub_kind.get(k.name, "").startswith("arch-tag")):
+        what = ("is an empty kernel that silently does nothing" if k.status == "empty-stub"
+                else f"stops at run time: {mj.stub_kind[k.name]}" if k.name in mj.stub_kind
+                else "only traps")
+        guard = f": its body is excluded by the guard at line {k.guard_line}" if k.guard_line else ""
+        noun = "function" if k.name in mj.stub_kind else "kernel"
+        f.evidence.append(Evidence(k.path, k.guard_line or k.line, k.status, (),
+                                   f"{noun} {k.name} (line {k.line}) {what} on {ct.name}{guard}"))
 
 
 def _platform_needs(f: Finding, ref: ModuleRef, gpu: Gpu) -> str:
