@@ -550,150 +550,201 @@ def judge_gates(gates: list[Gate], gpus: list[tuple[Gpu, CompileTarget]], behind
     sinks_of(target): build calls a patch may not give the target's -gencode (inventory.protected_sinks)."""
     known = all_gates if all_gates is not None else gates
     by_place = {(g.path, g.line): g for g in known}
-    by_pos: dict[tuple[str, int, int], list[Gate]] = {}
-    for g in known:
-        by_pos.setdefault((g.path, g.line, g.col), []).append(g)
-    cache: dict[tuple[str, int], Behind] = {}
-    before_cache: dict[tuple[str, int, int], list[tuple[str, Gate]]] = {}
     findings: list[Finding] = []
     pending: list = []  # software-only and partial findings, planned once every verdict is known
-    excluding = [(g, gpu, ct) for g in gates for gpu, ct in gpus if gpu.name not in g.admits]
     platform = needs_index(known)
+    fail = _failure_note(problems)
+    arms = _Arms(tests_before, known)
+    follow = _Follow(behind, fail)
+    excluding = _in_file_rounds(gates, [(g, gpu, ct) for g in gates for gpu, ct in gpus if gpu.name not in g.admits])
+    if prefetch is not None:
+        _prefetch(excluding, arms, follow, tus, prefetch, progress)
+    for i, (g, gpu, ct) in enumerate(excluding):
+        if progress and i % 25 == 0:
+            progress(f"judging {i}/{len(excluding)} gate x target pairs")
+        served = arms.served_by(g, gpu)
+        if served is not None:
+            if not_evaluated is not None:
+                not_evaluated.append((g, gpu.name, served))
+            continue
+        f, plan = _judge_pair(g, gpu, ct, arms, follow, tus, patcher, fail, platform)
+        if plan is not None:
+            pending.append(plan)
+        findings.append(f)
+    if problems is not None:
+        problems.extend(follow.diagnostics())
+    _plan_all(pending, findings, by_place, patcher, fail, sinks_of)
+    return sorted(findings, key=Finding.sort_key)
 
-    def earlier_of(g: Gate) -> list[tuple[str, Gate]]:
-        if tests_before is None:
-            return []
-        key = (g.path, g.line, g.col)
-        if key not in before_cache:
-            before_cache[key] = _gates_before(g, tests_before, by_pos)
-        return before_cache[key]
 
-    def served_by(g: Gate, gpu: Gpu) -> Gate | None:
-        """An earlier arm the target takes (`elif` after it, or code after `if C: return x`)."""
-        return next((eg for rel, eg in earlier_of(g) if _test_true(eg, gpu.name) and (
-            rel == "else-of" or (rel == "exit-if" and eg.region == "branch"))), None)
-
+def _failure_note(problems: list[Diagnostic] | None) -> Callable[[Gate, str, Exception], str]:
+    """fail(gate, phase, error): an internal-error diagnostic in `problems`, and the reason a
+    finding gives for it."""
     def fail(g: Gate, phase: str, e: Exception) -> str:
         if problems is not None:
             problems.append(internal_error(g.path, phase, e, g.line))
         return f"archaudit's {phase} failed on this gate ({type(e).__name__}); see the internal-error diagnostic"
+    return fail
 
-    work = getattr(behind, "work", None)  # steps of the call-graph search so far, when it counts them
-    limit = getattr(behind, "limit", None)  # sets the work at which the search stops (None: never)
-    spent: dict[str, int] = {}  # per file, like the gate evaluation's per-module step budget
-    total = [0]  # every file's together
-    stopped_at: dict[str, int] = {}  # files over their budget -> gates not followed
-    cut_by_total: dict[str, int] = {}  # files with gates not followed once the scan's budget was spent
 
-    def over_budget(g: Gate, file_left: int, total_left: int) -> Behind:
+class _Arms:
+    """The earlier tests of a gate's function that decide whether the gate is reached, each
+    looked up once: an arm the target takes first, or a refusal that stops it before."""
+
+    def __init__(self, tests_before: TestsBefore | None, known: list[Gate]):
+        self.tests_before = tests_before
+        self.by_pos: dict[tuple[str, int, int], list[Gate]] = {}
+        for g in known:
+            self.by_pos.setdefault((g.path, g.line, g.col), []).append(g)
+        self.cache: dict[tuple[str, int, int], list[tuple[str, Gate]]] = {}
+
+    def earlier(self, g: Gate) -> list[tuple[str, Gate]]:
+        if self.tests_before is None:
+            return []
+        key = (g.path, g.line, g.col)
+        if key not in self.cache:
+            self.cache[key] = _gates_before(g, self.tests_before, self.by_pos)
+        return self.cache[key]
+
+    def served_by(self, g: Gate, gpu: Gpu) -> Gate | None:
+        """An earlier arm the target takes (`elif` after it, or code after `if C: return x`)."""
+        return next((eg for rel, eg in self.earlier(g) if _test_true(eg, gpu.name) and (
+            rel == "else-of" or (rel == "exit-if" and eg.region == "branch"))), None)
+
+    def stopped_by(self, g: Gate, gpu: Gpu) -> list[Gate]:
+        """An earlier refusal, or an enclosing test, that excludes the target: patching it lets it on."""
+        return [eg for rel, eg in self.earlier(g) if
+                (rel == "exit-if" and eg.region == "after-early-exit" and _test_true(eg, gpu.name))
+                or (rel == "then-of" and eg.region == "branch" and _test_false(eg, gpu.name))]
+
+
+class _Follow:
+    """What stands behind each gate (the call-graph search `behind`), once per gate line, within a
+    step budget per file (like the gate evaluation's per-module budget) and one for the scan."""
+
+    def __init__(self, behind: BehindFn, fail: Callable[[Gate, str, Exception], str]):
+        self.behind, self.fail = behind, fail
+        self.work = getattr(behind, "work", None)  # steps of the call-graph search so far, when it counts them
+        self.limit = getattr(behind, "limit", None)  # sets the work at which the search stops (None: never)
+        self.cache: dict[tuple[str, int], Behind] = {}
+        self.spent: dict[str, int] = {}  # per file
+        self.total = 0  # every file's together
+        self.stopped_at: dict[str, int] = {}  # files over their budget -> gates not followed
+        self.cut_by_total: dict[str, int] = {}  # files with gates not followed once the scan's budget was spent
+
+    def __call__(self, g: Gate) -> Behind:
+        b = self.cache.get((g.path, g.line))
+        if b is None:
+            b = self.cache[(g.path, g.line)] = self._search(g)
+        return b
+
+    def _search(self, g: Gate) -> Behind:
+        file_left = JUDGE_WORK_BUDGET - self.spent.get(g.path, 0)
+        total_left = JUDGE_TOTAL_BUDGET - self.total
+        work, limit = self.work, self.limit
+        if work is not None and min(file_left, total_left) < 0:
+            return self._over_budget(g, file_left)
+        w0 = work() if work is not None else 0
+        if limit is not None and work is not None:
+            limit(w0 + min(file_left, total_left))
+        try:
+            b = self.behind(g)
+        except SearchBudgetExceeded:
+            # this gate's own search ran past what was left: it is the first one cut
+            b = self._over_budget(g, file_left - (work() - w0))
+        except Exception as e:  # noqa: BLE001 - contained to this gate
+            b = Behind(reason=self.fail(g, "call-graph search", e))
+        finally:
+            if limit is not None:
+                limit(None)
+        if work is not None:
+            self.spent[g.path] = self.spent.get(g.path, 0) + work() - w0
+            self.total += work() - w0
+        return b
+
+    def _over_budget(self, g: Gate, file_left: int) -> Behind:
         if file_left <= 0:
-            stopped_at[g.path] = stopped_at.get(g.path, 0) + 1
+            self.stopped_at[g.path] = self.stopped_at.get(g.path, 0) + 1
             return Behind(reason=f"not followed: the call-graph search from this file's gates stopped at its "
                                  f"budget of {JUDGE_WORK_BUDGET:,} steps")
-        cut_by_total[g.path] = cut_by_total.get(g.path, 0) + 1
+        self.cut_by_total[g.path] = self.cut_by_total.get(g.path, 0) + 1
         return Behind(reason=f"not followed: the call-graph search of this scan stopped at its total "
                              f"budget of {JUDGE_TOTAL_BUDGET:,} steps")
 
-    def behind_of(g: Gate) -> Behind:
-        b = cache.get((g.path, g.line))
-        if b is None:
-            file_left = JUDGE_WORK_BUDGET - spent.get(g.path, 0)
-            total_left = JUDGE_TOTAL_BUDGET - total[0]
-            if work is not None and min(file_left, total_left) < 0:
-                b = over_budget(g, file_left, total_left)
-            else:
-                w0 = work() if work is not None else 0
-                if limit is not None and work is not None:
-                    limit(w0 + min(file_left, total_left))
-                try:
-                    b = behind(g)
-                except SearchBudgetExceeded:
-                    # this gate's own search ran past what was left: it is the first one cut
-                    used = work() - w0
-                    b = over_budget(g, file_left - used, total_left - used)
-                except Exception as e:  # noqa: BLE001 - contained to this gate
-                    b = Behind(reason=fail(g, "call-graph search", e))
-                finally:
-                    if limit is not None:
-                        limit(None)
-                if work is not None:
-                    spent[g.path] = spent.get(g.path, 0) + work() - w0
-                    total[0] += work() - w0
-            cache[(g.path, g.line)] = b
-        return b
+    def diagnostics(self) -> list[Diagnostic]:
+        """One analysis-budget diagnostic per file whose gates were not all followed."""
+        out = [Diagnostic(p, "analysis-budget", f"the call-graph search from this file's gates stopped at its "
+                          f"budget of {JUDGE_WORK_BUDGET:,} steps; {n} gates not followed (unresolved)")
+               for p, n in sorted(self.stopped_at.items())]
+        out += [Diagnostic(p, "analysis-budget", f"the call-graph search of this scan stopped at its total "
+                           f"budget of {JUDGE_TOTAL_BUDGET:,} steps; {n} gates of this file not followed "
+                           f"(unresolved)")
+                for p, n in sorted(self.cut_by_total.items())]
+        return out
 
-    # the gates are followed file by file in turn (each file's first gate, then each one's
-    # second...): the scan's total budget is shared out, not spent on the files that sort first
+
+def _in_file_rounds(gates: list[Gate], excluding: list[tuple]) -> list[tuple]:
+    """The (gate, gpu, compile target) pairs, each file's first gate, then each one's second...:
+    the scan's total budget is shared out, not spent on the files that sort first."""
     rank: dict[int, int] = {}
     per_file: dict[str, int] = {}
     for g in gates:
         rank[id(g)] = per_file.get(g.path, 0)
         per_file[g.path] = rank[id(g)] + 1
     excluding.sort(key=lambda t: rank[id(t[0])])  # stable: in file order within a rank
+    return excluding
 
-    if prefetch is not None:
-        # every TU the verdicts below will analyse, handed over as the call graph finds them
-        for i, (g, gpu, ct) in enumerate(excluding):
-            if progress and i % 25 == 0:
-                progress(f"following calls from gate {i}/{len(excluding)}")
-            if served_by(g, gpu) is None:
-                wanted = tus.missing(behind_of(g).modules, ct)
-                if wanted:
-                    prefetch(wanted)
-        prefetch(None)
+
+def _prefetch(excluding: list[tuple], arms: _Arms, follow: _Follow, tus: TuCache,
+              prefetch: Callable[[dict | None], None], progress) -> None:
+    """Every TU the verdicts will analyse, handed to `prefetch` as the call graph finds them."""
     for i, (g, gpu, ct) in enumerate(excluding):
         if progress and i % 25 == 0:
-            progress(f"judging {i}/{len(excluding)} gate x target pairs")
-        earlier = earlier_of(g)
-        served = served_by(g, gpu)
-        if served is not None:
-            if not_evaluated is not None:
-                not_evaluated.append((g, gpu.name, served))
-            continue
-        # stopped: an earlier refusal, or an enclosing test, excludes the target; patching it lets it on
-        stopped = [eg for rel, eg in earlier if
-                   (rel == "exit-if" and eg.region == "after-early-exit" and _test_true(eg, gpu.name))
-                   or (rel == "then-of" and eg.region == "branch" and _test_false(eg, gpu.name))]
-        b = behind_of(g)
-        try:
-            f = classify(g, gpu, ct, b, tus)
-        except Exception as e:  # noqa: BLE001 - contained to this gate
-            findings.append(Finding(g, gpu.name, UNRESOLVED, reason=fail(g, "verdict", e)))
-            continue
-        if gpu.name in g.mixed and f.verdict in (SOFTWARE_ONLY, PARTIAL):
-            # `fused is None` after a fused path the target may take: the test refuses the target
-            # only as far as the architecture goes, and may let it through on run-time values
-            # (shapes, dtypes, a build that fails), so no patch of the gate is what stands between
-            # the target and the path it guards
-            f.verdict = UNRESOLVED
-            f.reason = (f"on {gpu.name} the test's outcome is not decided by the architecture alone: it may be true "
-                        f"or false there, as on {_others(g.mixed, gpu.name)} (a run-time value, or one the evaluation "
-                        f"could not follow), so {gpu.name} is not shown to be refused here and no edit of an "
-                        f"architecture test is shown to decide it; the patch is manual (what the path reaches: "
-                        f"{f.reason})")
-        if refuse_on_platform(f, gpu, needs_of(g, platform)):
-            findings.append(f)
-            continue
-        if stopped:
-            f.reason += "; " + "; ".join(
-                f"{gpu.name} does not get this far unless the gate at {eg.path}:{eg.line} (`{eg.expr}`) lets it through"
-                for eg in stopped)
-        if f.verdict == HARDWARE_BOUND and patcher is not None:
-            _maintainer_words(f, g, gpu, patcher)
-        if f.verdict in (SOFTWARE_ONLY, PARTIAL) and patcher is not None:
-            # partial: the plan still applies, for the entry points the reason names as real
-            pending.append((f, g, gpu, b, stopped))
-        findings.append(f)
-    if problems is not None:
-        problems.extend(Diagnostic(p, "analysis-budget", f"the call-graph search from this file's gates stopped at its "
-                                   f"budget of {JUDGE_WORK_BUDGET:,} steps; {n} gates not followed (unresolved)")
-                        for p, n in sorted(stopped_at.items()))
-        problems.extend(Diagnostic(p, "analysis-budget", f"the call-graph search of this scan stopped at its total "
-                                   f"budget of {JUDGE_TOTAL_BUDGET:,} steps; {n} gates of this file not followed "
-                                   f"(unresolved)")
-                        for p, n in sorted(cut_by_total.items()))
-    _plan_all(pending, findings, by_place, patcher, fail, sinks_of)
-    return sorted(findings, key=Finding.sort_key)
+            progress(f"following calls from gate {i}/{len(excluding)}")
+        if arms.served_by(g, gpu) is None:
+            wanted = tus.missing(follow(g).modules, ct)
+            if wanted:
+                prefetch(wanted)
+    prefetch(None)
+
+
+def _judge_pair(g: Gate, gpu: Gpu, ct: CompileTarget, arms: _Arms, follow: _Follow, tus: TuCache, patcher,
+                fail, platform: dict[str, list[Gate]]) -> tuple[Finding, tuple | None]:
+    """The finding for one gate x target it excludes, and what _plan_all needs to plan its patch
+    (None: no patch to plan)."""
+    stopped = arms.stopped_by(g, gpu)
+    b = follow(g)
+    try:
+        f = classify(g, gpu, ct, b, tus)
+    except Exception as e:  # noqa: BLE001 - contained to this gate
+        return Finding(g, gpu.name, UNRESOLVED, reason=fail(g, "verdict", e)), None
+    if gpu.name in g.mixed and f.verdict in (SOFTWARE_ONLY, PARTIAL):
+        _mixed_unresolved(f, g, gpu)
+    if refuse_on_platform(f, gpu, needs_of(g, platform)):
+        return f, None
+    if stopped:
+        f.reason += "; " + "; ".join(
+            f"{gpu.name} does not get this far unless the gate at {eg.path}:{eg.line} (`{eg.expr}`) lets it through"
+            for eg in stopped)
+    if f.verdict == HARDWARE_BOUND and patcher is not None:
+        _maintainer_words(f, g, gpu, patcher)
+    if f.verdict in (SOFTWARE_ONLY, PARTIAL) and patcher is not None:
+        # partial: the plan still applies, for the entry points the reason names as real
+        return f, (f, g, gpu, b, stopped)
+    return f, None
+
+
+def _mixed_unresolved(f: Finding, g: Gate, gpu: Gpu) -> None:
+    """`fused is None` after a fused path the target may take: the test refuses the target only
+    as far as the architecture goes, and may let it through on run-time values (shapes, dtypes,
+    a build that fails), so no patch of the gate is what stands between the target and the path
+    it guards."""
+    f.verdict = UNRESOLVED
+    f.reason = (f"on {gpu.name} the test's outcome is not decided by the architecture alone: it may be true "
+                f"or false there, as on {_others(g.mixed, gpu.name)} (a run-time value, or one the evaluation "
+                f"could not follow), so {gpu.name} is not shown to be refused here and no edit of an "
+                f"architecture test is shown to decide it; the patch is manual (what the path reaches: "
+                f"{f.reason})")
 
 
 def _maintainer_words(f: Finding, g: Gate, gpu: Gpu, patcher) -> None:
