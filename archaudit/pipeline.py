@@ -96,6 +96,19 @@ def package_resolver(source: Source, dists: list[Distribution]) -> Callable[[str
     return package_of
 
 
+def scope_packages(source: Source, files: list[str], index: "Index", package_of, facts: dict | None) -> None:
+    """How each top-level package is read, decided once before the gates are looked for: in a
+    site-packages or a wheel (packages installed side by side), those with nothing
+    architecture-dependent are only read, as outside the scan from the others (Index.outside).
+    facts: the prefilter's byte_facts per .py path when it ran."""
+    # lazy: a cache hit imports no analysis
+    from .python.gates import holds_trigger
+    from .python.scope import passive_packages
+
+    if index.path_based:
+        index.outside = passive_packages(source, files, facts, index.runtimes, package_of, holds_trigger)
+
+
 def package_scope(py_files: list[str], parsed: list[str], package_of) -> dict:
     """Which packages' Python was analysed (some module parsed: a byte trigger, a gate's name, a
     call the verdicts followed) and which was only read as bytes: {"packages_analysed": {package:
@@ -191,10 +204,12 @@ def _scan(path, targets, reg, progress, cache, workers) -> ScanResult:
     rc_job = _RuntimeChecksJob.start(source, cpp_files) if workers > 1 else None
     # and another process prepares the CUDA side of the verdicts
     cuda = CudaWorker.start(source, files, py_files) if workers > 1 and targets and cpp_files else None
+    pkg_of = package_resolver(source, dists)
+    scope_packages(source, files, index, pkg_of, facts)
     say(f"evaluating Python gates in {len(py_files)} files")
     try:
         gscan = run_with_big_stack(
-            lambda: find_python_gates(source, index, reg, package_resolver(source, dists), progress=say, facts=facts)
+            lambda: find_python_gates(source, index, reg, pkg_of, progress=say, facts=facts)
         )
     except BaseException:
         if rc_job is not None:
@@ -214,7 +229,6 @@ def _scan(path, targets, reg, progress, cache, workers) -> ScanResult:
     cpp_gates = rc_job.result() if rc_job is not None else None
     if cpp_gates is None:
         cpp_gates = scan_runtime_checks(SourceReader(source), cpp_files)
-    pkg_of = package_resolver(source, dists)
     for g in cpp_gates:
         g.package = pkg_of(g.path)
     gates = sorted(gscan.gates + cpp_gates, key=Gate.sort_key)

@@ -33,7 +33,6 @@ from .interp import GateRecord, Interp
 from .platform_needs import platform_needs
 from .pybytes import (IDENT, SPACE, WORD_BYTE, ExternalRoots, ident_at, module_imports, name_occurrences,
                       qualified, receiver_chain, receiver_roots, split_trailer)
-from .scope import passive_packages
 
 # Bytes that can start an architecture test in Python source. Deliberately not `sm90` alone:
 # flashinfer names hundreds of kernels *_sm90_*, and a name is not a test.
@@ -220,10 +219,9 @@ class GateScan:
 def find_python_gates(source: Source, index: Index, reg: Registry, package_of, progress=None,
                       facts: dict | None = None) -> GateScan:
     """facts: path -> byte_facts(bytes of that file), when already computed (worker processes)."""
-    if index.path_based:  # packages installed side by side: those with nothing architecture-dependent
-        index.outside = passive_packages(source, source.files(), facts, index.runtimes, package_of, holds_trigger)
-    # a package with nothing architecture-dependent (Index.outside) is only read: none of its
-    # modules can use another package's architecture-dependent names, it names none of them
+    # a package with nothing architecture-dependent (Index.outside, set by the pipeline's scope
+    # phase) is only read: none of its modules can use another package's architecture-dependent
+    # names, it names none of them
     modules = sorted(m for m in index.path_of if m.split(".", 1)[0] not in index.outside)
     names: set[str] = set()
     scan = GateScan()

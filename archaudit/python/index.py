@@ -144,7 +144,8 @@ class Index:
         self.path_based = path_based
         self.runtimes: frozenset[str] = frozenset(load_rule("externals").get("runtimes", []))
         # top-level packages with nothing architecture-dependent in their bytes (python/scope.py),
-        # read as outside the scan from other packages like the runtimes; set by find_python_gates
+        # read as outside the scan from other packages like the runtimes; set by the pipeline
+        # before the gates are looked for (pipeline.scope_packages)
         self.outside: frozenset[str] = frozenset()
         dirs_with_init = {p.rsplit("/", 1)[0] for p in py_files if p.endswith("/__init__.py")}
         # a directory reached through a symlink is a package under the link's path too
