@@ -99,14 +99,16 @@ def package_resolver(source: Source, dists: list[Distribution]) -> Callable[[str
 def scope_packages(source: Source, files: list[str], index: "Index", package_of, facts: dict | None) -> None:
     """How each top-level package is read, decided once before the gates are looked for: in a
     site-packages or a wheel (packages installed side by side), those with nothing
-    architecture-dependent are only read, as outside the scan from the others (Index.outside).
-    facts: the prefilter's byte_facts per .py path when it ran."""
+    architecture-dependent are only read, as outside the scan from the others (Index.outside);
+    in any scan, those holding GPU code of their own are marked so (Index.gpu_packages). facts:
+    the prefilter's byte_facts per .py path when it ran."""
     # lazy: a cache hit imports no analysis
     from .python.gates import holds_trigger
-    from .python.scope import passive_packages
+    from .python.scope import gpu_packages, passive_packages
 
     if index.path_based:
         index.outside = passive_packages(source, files, facts, index.runtimes, package_of, holds_trigger)
+    index.gpu_packages = gpu_packages(source, files, index.package_dirs(), index.runtimes | index.outside)
 
 
 def package_scope(py_files: list[str], parsed: list[str], package_of) -> dict:

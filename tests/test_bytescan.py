@@ -8,7 +8,7 @@ from archaudit.pipeline import scan
 from archaudit.python.index import Index
 from archaudit.python.gates import holds_trigger
 from archaudit.python.pybytes import star_imports
-from archaudit.python.scope import passive_packages
+from archaudit.python.scope import gpu_packages, passive_packages
 from archaudit.sources import open_source
 
 from conftest import FIXTURES
@@ -74,6 +74,8 @@ def test_passive_packages_by_bytes(tmp_path):
         "plain": {"__init__.py": b"def f(x):\n    return x\n", "_speedups.so": b"\x7fELF plain host code"},
         "withfatbin": {"__init__.py": b"", "_k.so": b"\x7fELF" + FATBIN_MAGIC.to_bytes(4, "little")},
         "linkscudart": {"__init__.py": b"", "_k.so": b"\x7fELF libcudart.so.12"},
+        # registers torch ops: kernels built at run time (DeepGEMM's _C.so has no device code)
+        "registersops": {"__init__.py": b"", "_C.so": b"\x7fELF _ZL25TORCH_LIBRARY_init_opspkgRi"},
         "cudasrc": {"__init__.py": b"", "k.cu": b"__global__ void k() {}\n"},
         "mentions": {"__init__.py": b"import triton\n"},
         "trigger": {"__init__.py": b"import torch\nMAJOR = torch.cuda.get_device_capability()[0]\n"},
@@ -86,3 +88,21 @@ def test_passive_packages_by_bytes(tmp_path):
     src = open_source(tmp_path)
     assert passive_packages(src, src.files(), None, frozenset(["torch"]), lambda p: None, holds_trigger) == {"plain"}
     assert src.diagnostics == []
+
+
+def test_gpu_packages_by_bytes(tmp_path):
+    for name, files in {
+        "plain": {"__init__.py": b"", "_speedups.so": b"\x7fELF plain host code"},
+        "registersops": {"__init__.py": b"", "_C.so": b"\x7fELF _ZL25TORCH_LIBRARY_init_opspkgRi"},
+        "cudasrc": {"__init__.py": b"", "csrc/k.cuh": b"__global__ void k() {}\n"},
+        "flashinfer": {"__init__.py": b""},  # rules/externals.toml gpu_code
+        "torch": {"__init__.py": b"", "k.cu": b""},  # a runtime: excluded by the caller
+    }.items():
+        for f, data in files.items():
+            (tmp_path / name / f).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / name / f).write_bytes(data)
+    src = open_source(tmp_path)
+    index = Index(src, [p for p in src.files() if p.endswith(".py")], path_based=True)
+    assert index.package_dirs() == {t: f"{t}/" for t in ("cudasrc", "flashinfer", "plain", "registersops", "torch")}
+    assert gpu_packages(src, src.files(), index.package_dirs(), frozenset(["torch"])) == {
+        "registersops", "cudasrc", "flashinfer"}

@@ -15,9 +15,10 @@ _SO_SUFFIXES = (".so",)
 
 
 def torch_op(dotted: str) -> tuple[str, str] | None:
-    """`torch.ops._C.rms_norm` or `torch.ops._C.rms_norm.default` -> ("_C", "rms_norm")."""
+    """`torch.ops._C.rms_norm` or `torch.ops._C.rms_norm.default` -> ("_C", "rms_norm"); None for
+    anything else, an op whose name is computed at run time included (no one op to judge)."""
     parts = dotted.split(".")
-    if len(parts) >= 4 and parts[0] == "torch" and parts[1] == "ops" and parts[2] and parts[3]:
+    if len(parts) >= 4 and parts[0] == "torch" and parts[1] == "ops" and parts[2] and parts[3].isidentifier():
         return parts[2], parts[3]
     return None
 

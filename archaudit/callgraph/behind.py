@@ -36,11 +36,13 @@ from dataclasses import dataclass, field
 
 from ..model import Gate, Link
 from ..parsing.python_ir import N
-from .graph import Call, CallGraph
+from .graph import UNRESOLVED_PREFIX, Call, CallGraph
 from .jit import JitModel, JitModule
-from .resolve import Ctx, iter_stmts, walk_exprs
+from .resolve import Ctx, iter_stmts, looked_up_name, walk_exprs
 
 WORD_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# marks an attribute looked up at run time among the calls outside what the search follows
+LOOKED_UP = "(looked up at run time)"
 CALLER_DEPTH = 3
 MAX_DEPTH = 10
 MAX_NODES = 4000
@@ -523,6 +525,14 @@ class Behind:
                 if c.entry:
                     entries.setdefault(key, set()).add(c.entry)
                 return
+            if externals is not None and c.callee.startswith(UNRESOLVED_PREFIX):
+                # an attribute of a package holding GPU code looked up at run time (a __getattr__
+                # handing names to its prebuilt ops, a name its extension module binds): code
+                # outside what the search follows
+                name = self._gpu_lookup(c)
+                if name is not None and name not in externals:
+                    externals[name] = self._path(parent, prev) + [c]
+                return
             if c.callee in parent:
                 incoming.setdefault(c.callee, []).append(c)
                 for pc, pname in param_calls.get(c.callee, ()):
@@ -583,6 +593,19 @@ class Behind:
         for c in out:
             seen.setdefault(c.callee, c)
         return list(seen.values())
+
+    def _gpu_lookup(self, c: Call) -> str | None:
+        """The name an unresolved call looks up at run time (resolve.looked_up_name), marked as
+        such, when its package holds GPU code (Index.gpu_packages); else None. A name a class
+        lacks is not one: a method its subclasses define (a module's is bound at run time, by
+        an extension module or a __getattr__)."""
+        kind = c.callee[len(UNRESOLVED_PREFIX):-1]
+        name = looked_up_name(kind, c.detail)
+        if name is None or name.split(".", 1)[0] not in self.g.index.gpu_packages:
+            return None
+        if kind == "missing-attribute" and not self.g.index.has_module(name.rsplit(".", 1)[0]):
+            return None
+        return f"{name} {LOOKED_UP}"
 
     @staticmethod
     def _path(parent, node) -> list[Call]:

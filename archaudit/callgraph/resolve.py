@@ -48,8 +48,30 @@ class Ref:
         return Ref(self.kind, self.target, h, self.jit, self.extra)
 
 
+# `torch.ops.<ns>`: the ops a prebuilt extension registers under namespace <ns>
+TORCH_OPS_NS_RE = re.compile(r"torch\.ops\.[A-Za-z_][A-Za-z0-9_]*")
+# the last part of `torch.ops.<ns>.<op>` when the op's name is computed at run time
+COMPUTED_OP = "<op named at run time>"
+
+
 def unres(kind: str, detail: str = "") -> Ref:
     return Ref("unresolved", kind, (), frozenset(), detail)
+
+
+_LOOKED_UP = {
+    "dynamic-attribute": re.compile(r"(?P<owner>[\w.]+)\.(?P<attr>\w+) via __getattr__"),
+    "module-getattr": re.compile(r"(?P<owner>[\w.]+)\.(?P<attr>\w+) comes from a module __getattr__"),
+    "missing-attribute": re.compile(r"(?:no base of )?(?P<owner>[\w.]+) has (?:no )?(?P<attr>\w+)"),
+}
+
+
+def looked_up_name(kind: str, detail: str) -> str | None:
+    """For an unresolved attribute whose owner is known (the details `unres` gets above: a class
+    or module with `__getattr__`, or one without the name), the dotted name looked up at run time;
+    None for any other unresolved value."""
+    pat = _LOOKED_UP.get(kind)
+    m = pat.fullmatch(detail) if pat is not None else None
+    return f"{m['owner']}.{m['attr']}" if m else None
 
 
 @dataclass
@@ -185,6 +207,7 @@ class Resolver:
         self._mro: dict[str, tuple] = {}
         self._members: dict[str, dict] = {}
         self._iattrs: dict[str, dict] = {}
+        self._forwards: dict[str, tuple | None] = {}  # __getattr__ -> the values it hands names on to
         self._busy: set = set()
         # list/tuple/set/dict displays met by eval: key (Ref.extra of their builtin Ref) -> (ctx, display)
         self._containers: dict[str, tuple] = {}
@@ -592,7 +615,8 @@ class Resolver:
             return r
         mod = self.module(modname)
         if mod is not None and "__getattr__" in mod.defs:
-            return (unres("module-getattr", f"{modname}.{name} comes from a module __getattr__"),)
+            return self.getattr_forward(f"{modname}.__getattr__", name, depth) or (
+                unres("module-getattr", f"{modname}.{name} comes from a module __getattr__"),)
         return (unres("missing-attribute", f"{modname} has no {name}"),)
 
     def _module_ref(self, dotted: str, how: tuple, frm: str = "") -> Ref:
@@ -860,7 +884,8 @@ class Resolver:
                     return tuple(r.with_how("assignment-type") if r.kind == "instance" else r for r in out)
         for c in self.mro(cls):
             if not c.startswith("ext:") and "__getattr__" in self.members(c):
-                return (unres("dynamic-attribute", f"{cls}.{attr} via __getattr__"),)
+                return self.getattr_forward(f"{c}.__getattr__", attr, depth) or (
+                    unres("dynamic-attribute", f"{cls}.{attr} via __getattr__"),)
         return (unres("missing-attribute", f"{cls} has no {attr}"),)
 
     # ------------------------------------------------------------------ expressions
@@ -1057,6 +1082,10 @@ class Resolver:
             if a1.k == "const" and isinstance(a1.f["value"], str):
                 base = self.eval(ctx, call.f["args"][0], depth + 1)
                 return tuple(x.with_how("getattr-const") for x in self.attr(base, a1.f["value"], depth + 1))
+            ns = self._torch_ops_namespace(ctx, call.f["args"][0], depth)
+            if ns is not None:
+                # an op of a prebuilt extension, which one known only at run time
+                return (Ref("external", f"{ns}.{COMPUTED_OP}", ("getattr-computed",)),)
             return (unres("dynamic-attribute", "getattr with a computed name"),)
         if fn.k == "name" and fn.f["id"] == "super":
             c = ctx
@@ -1068,6 +1097,69 @@ class Resolver:
         for r in self.callee(ctx, call, depth):
             out.extend(self.apply(ctx, call, r, depth))
         return _dedup(out)
+
+    def _torch_ops_namespace(self, ctx: Ctx, n: N, depth: int) -> str | None:
+        """`torch.ops.<ns>` when the expression is that namespace of ops (every value it can have)."""
+        refs = self.eval(ctx, n, depth + 1)
+        targets = {r.target for r in refs if r.kind == "external"}
+        if len(targets) != 1 or len(refs) != 1:
+            return None
+        t = targets.pop()
+        return t if TORCH_OPS_NS_RE.fullmatch(t) else None
+
+    def getattr_forward(self, qual: str, attr: str, depth: int) -> tuple:
+        """What `X.attr` is when X's `__getattr__` (the function `qual`) hands the name on,
+        `return getattr(E, name)` (possibly through a local): E's attribute `attr`, E evaluated
+        in the __getattr__ (None aside: the value before a lazy load). With E a namespace of
+        torch ops, `getattr(torch.ops.<ns>, name).default` too: the op `torch.ops.<ns>.<attr>` of
+        the prebuilt extension registering <ns>. () for any other __getattr__, or an E not known."""
+        if qual not in self._forwards:
+            self._forwards[qual] = None  # while it is evaluated: a forward to itself is none
+            self._forwards[qual] = self._forward_base(qual, depth)
+        base = self._forwards[qual]
+        key = ("getattr-forward", qual, attr)
+        if base is None or key in self._busy:
+            return ()
+        self._busy.add(key)
+        try:
+            got = self.attr(base, attr, depth + 1)
+        finally:
+            self._busy.discard(key)
+        return tuple(x.with_how("getattr-forward") for x in got)
+
+    def _forward_base(self, qual: str, depth: int) -> tuple | None:
+        """The values of E in a `__getattr__` that returns `getattr(E, name)` (see getattr_forward)."""
+        fctx = self.ctx(qual)
+        if fctx is None or fctx.kind != "function" or fctx.node.k == "lambda":
+            return None
+        positional = [p[0] for p in fctx.node.f["params"] if p[2] == ""][1 if fctx.self_name else 0:]
+        if len(positional) != 1:
+            return None
+        stmts = list(iter_stmts(fctx.node.f["body"]))
+        own = [v for st in stmts for key, v in st.f.items() if key not in ("body", "orelse", "handlers", "final")]
+        looks = [e for e in walk_exprs(own) if e.k == "call" and e.f["func"].k == "name"
+                 and e.f["func"].f["id"] == "getattr" and len(e.f["args"]) == 2
+                 and e.f["args"][1].k == "name" and e.f["args"][1].f["id"] == positional[0]]
+        if len(looks) != 1:
+            return None
+        look = looks[0]
+        ops = self._torch_ops_namespace(fctx, look.f["args"][0], depth) is not None
+
+        def value(x: N | None) -> bool:
+            # the looked-up value itself; of an op, its overloads (`.default`) stand for it too
+            return x is not None and (x is look or (ops and x.k == "attr" and value(x.f["value"])))
+
+        carriers = {t.f["id"] for st in stmts if st.k == "assign" and value(st.f["value"])
+                    for t in st.f["targets"] if t.k == "name"}
+        returns = [st.f["value"] for st in stmts if st.k == "return"]
+        if not returns or not all(value(v) or (v is not None and v.k == "name" and v.f["id"] in carriers)
+                                  for v in returns):
+            return None
+        refs = tuple(r for r in self.eval(fctx, look.f["args"][0], depth + 1)
+                     if not (r.kind == "const" and r.target == "None"))
+        if not refs or any(r.kind == "unresolved" for r in refs):
+            return None
+        return refs
 
     def sink_key(self, ctx: Ctx, call: N) -> str:
         return f"{ctx.mod.path}:{call.line}:{call.col}"

@@ -147,6 +147,9 @@ class Index:
         # read as outside the scan from other packages like the runtimes; set by the pipeline
         # before the gates are looked for (pipeline.scope_packages)
         self.outside: frozenset[str] = frozenset()
+        # top-level packages holding GPU code of their own (python/scope.py gpu_packages): a name
+        # they look up at run time is code the call graph cannot follow; set with `outside`
+        self.gpu_packages: frozenset[str] = frozenset()
         dirs_with_init = {p.rsplit("/", 1)[0] for p in py_files if p.endswith("/__init__.py")}
         # a directory reached through a symlink is a package under the link's path too
         dirs_with_init |= {a.rsplit("/", 1)[0] for a in getattr(source, "aliases", {}) if a.endswith("/__init__.py")}
@@ -198,6 +201,21 @@ class Index:
         if not mod_parts or not all(x.isidentifier() for x in mod_parts):
             return None
         return ".".join(mod_parts)
+
+    def package_dirs(self) -> dict[str, str]:
+        """Each top-level package's directory ("sglang/", "python/sglang/"), from the path of one
+        of its modules; single-module top-levels (`six.py`) have none."""
+        out: dict[str, str] = {}
+        for name, path in sorted(self.path_of.items()):
+            top = name.split(".", 1)[0]
+            if top in out or "/" not in path:
+                continue
+            comps = path[:-len("/__init__.py")].split("/") if path.endswith("/__init__.py") else path[:-3].split("/")
+            depth = name.count(".") + 1
+            if len(comps) < depth or comps[-depth] != top:
+                continue
+            out[top] = "/".join(comps[:len(comps) - depth + 1]) + "/"
+        return out
 
     def has_module(self, name: str) -> bool:
         return name in self.path_of or name in self.aliases

@@ -6,7 +6,9 @@ of it resolve to external names, as they do when it is not installed, so the ver
 packages that call it are those they get alone, and its modules are never parsed. It qualifies
 when no `.py` file of it holds a gate trigger or names GPU code at all (CUDA, nvcc, PTX, Triton,
 a C++ extension builder ...), it ships no CUDA source, and none of its shared objects holds
-NVIDIA GPU code or links the CUDA runtime. A package the rules list as GPU code never qualifies.
+NVIDIA GPU code, links the CUDA runtime or registers torch ops (an extension without device code
+of its own, as DeepGEMM's, builds the kernels its ops launch at run time). A package the rules
+list as GPU code never qualifies.
 """
 from __future__ import annotations
 
@@ -19,8 +21,11 @@ from ..ruledata import load_rule
 # words of GPU code in a .py file's bytes: any of them and the package is analysed as before
 _GPU_WORDS = re.compile(rb"(?i)cuda|nvcc|nvrtc|ptx|cubin|fatbin|triton|cutlass|cpp_extension|load_inline|tvm_ffi"
                         rb"|__global__|sm_?[0-9]{2}")
-# in a shared object: a fatbin, its ELF section, or the CUDA runtime/driver it would call
-_GPU_BINARY = re.compile(re.escape(FATBIN_MAGIC.to_bytes(4, "little")) + rb"|\.nv_fatbin|libcudart|libcuda\.so")
+# in a shared object: a fatbin, its ELF section, the CUDA runtime/driver it would call, or the
+# registration of torch ops (TORCH_LIBRARY_init_<ns>, TORCH_LIBRARY_IMPL's), whose kernels may be
+# built at run time
+_GPU_BINARY = re.compile(re.escape(FATBIN_MAGIC.to_bytes(4, "little"))
+                         + rb"|\.nv_fatbin|libcudart|libcuda\.so|TORCH_LIBRARY_(?:init|IMPL)")
 _WORD = re.compile(rb"\w+")
 _CUDA_SOURCES = (".cu", ".cuh", ".ptx", ".cubin", ".fatbin")
 _BINARIES = (".so", ".pyd", ".dylib", ".dll")
@@ -92,3 +97,38 @@ def _py_passive(source, path: str, fact, trigger) -> bool:
         return not fact[0] and _GPU_WORDS.search(fact[1]) is None
     data = source.read_quietly(path)
     return data is not None and not trigger(data) and _GPU_WORDS.search(data) is None
+
+
+def gpu_packages(source, files: list[str], tops: dict[str, str], exclude: frozenset[str]) -> frozenset[str]:
+    """The top-level packages that hold NVIDIA GPU code of their own: listed as such by the rules
+    (rules/externals.toml gpu_code), shipping CUDA sources, or a shared object with device code,
+    the CUDA runtime or torch ops registered (what `_passive` rejects a binary for). tops: each
+    top-level package's directory ("sglang/" or "python/sglang/"); exclude: the runtimes."""
+    gpu = set(load_rule("externals").get("gpu_code", []))
+    out = {t for t in tops if t in gpu and t not in exclude}
+    by_dir = {d: t for t, d in tops.items() if t not in exclude}
+    for f in files:
+        if not f.endswith(_CUDA_SOURCES + _BINARIES) and ".so." not in f.rsplit("/", 1)[-1]:
+            continue
+        t = _owner(f, by_dir)
+        if t is None or t in out:
+            continue
+        if f.endswith(_CUDA_SOURCES):
+            out.add(t)
+            continue
+        data = source.read_quietly(f)
+        if data is None or _GPU_BINARY.search(data):  # too large to read: may hold GPU code
+            out.add(t)
+    return frozenset(out)
+
+
+def _owner(path: str, by_dir: dict[str, str]) -> str | None:
+    """The top-level package whose directory holds `path`."""
+    i = path.find("/")
+    while i >= 0:
+        t = by_dir.get(path[:i + 1])
+        if t is not None:
+            return t
+        i = path.find("/", i + 1)
+    return None
+
