@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from ..callgraph import GateSite
+from ..callgraph.behind import LOOKED_UP
 from ..callgraph.dsl import DslCallRule, dsl_rule_for
 from ..callgraph.graph import SearchBudgetExceeded
 from ..cuda.includes import IncludeRoot
@@ -915,7 +916,8 @@ def behind_from_callgraph(analysis) -> BehindFn:
             return Behind([], reason="the call graph search went too deep")
         mods = [bm for bm in mods if _admitted_arm(gate, bm.arm)]
         ext_refs, calls_out = _torch_op_refs(analysis, [x for x in calls_out if _admitted_arm(gate, x.arm)])
-        outside = list({x.callee: (x.callee, x.chain) for x in calls_out if holds_gpu_code(x.callee)}.values())
+        outside = list({x.callee: (x.callee, x.chain) for x in calls_out
+                        if holds_gpu_code(x.callee) or x.callee.endswith(LOOKED_UP)}.values())
         dsl_calls = _dsl_calls(analysis, gate, calls_out)
         new_skips = sorted(analysis.graph.skip_log)
         analysis.graph.skip_log = None
