@@ -219,218 +219,260 @@ class GateScan:
 def find_python_gates(source: Source, index: Index, reg: Registry, package_of, progress=None,
                       facts: dict | None = None) -> GateScan:
     """facts: path -> byte_facts(bytes of that file), when already computed (worker processes)."""
-    # a package with nothing architecture-dependent (Index.outside, set by the pipeline's scope
-    # phase) is only read: none of its modules can use another package's architecture-dependent
-    # names, it names none of them
-    modules = sorted(m for m in index.path_of if m.split(".", 1)[0] not in index.outside)
-    names: set[str] = set()
-    scan = GateScan()
-    interp = Interp(index, reg)
-    index.on_evict.append(interp.forget_module)
-    relevant: set[str] = set()
-    reported: set[tuple[str, str | None]] = set()
-    facts = facts or {}
-    # identifier -> the modules that hold it, made when the first names are searched for; each
-    # round, module -> the names of `names` it holds (see reaching)
-    by_ident: dict[bytes, list[str]] = {}
-    present_in: dict[str, set[bytes]] = {}
+    rounds = _GateRounds(index, reg, progress, facts or {})
+    while True:
+        rounds.scan.rounds += 1
+        rounds.run_round()
+        if not rounds.learn_names():
+            break
+    return rounds.finish(package_of)
 
-    # Whether a module's bytes hold a trigger never changes: test each file once, not once a
-    # round. A function's span can only match if its module does, and can only name one of
-    # `names` if its module does (a def starts and ends on token boundaries), so those spans are
-    # not searched at all.
-    trig: dict[str, bool] = {}
 
-    def module_trig(m: str) -> bool:
-        v = trig.get(m)
+class _GateRounds:
+    """The state of the gate rounds: which modules are relevant, which functions were evaluated,
+    and the names found to carry an architecture dependence so far."""
+
+    def __init__(self, index: Index, reg: Registry, progress, facts: dict):
+        self.index = index
+        self.progress = progress
+        self.facts = facts
+        # a package with nothing architecture-dependent (Index.outside, set by the pipeline's scope
+        # phase) is only read: none of its modules can use another package's architecture-dependent
+        # names, it names none of them
+        self.modules = sorted(m for m in index.path_of if m.split(".", 1)[0] not in index.outside)
+        self.names: set[str] = set()
+        self.scan = GateScan()
+        self.interp = Interp(index, reg)
+        index.on_evict.append(self.interp.forget_module)
+        self.relevant: set[str] = set()
+        self.reported: set[tuple[str, str | None]] = set()
+        # identifier -> the modules that hold it, made when the first names are searched for; each
+        # round, module -> the names of `names` it holds (see reaching)
+        self.by_ident: dict[bytes, list[str]] = {}
+        self.present_in: dict[str, set[bytes]] = {}
+        # Whether a module's bytes hold a trigger never changes: test each file once, not once a
+        # round. A function's span can only match if its module does, and can only name one of
+        # `names` if its module does (a def starts and ends on token boundaries), so those spans
+        # are not searched at all.
+        self.trig: dict[str, bool] = {}
+        # and whether a function's span holds one: asked again each round until the function is reported
+        self.span_trig: dict[tuple[str, int], bool] = {}
+        self.dyn_trig: dict[str, bool] = {}  # does the module hold a _dynamic_triggers form at all
+        self.imports: dict[str, tuple | None] = {}
+        self.externals = ExternalRoots(self.modules, index.runtimes)
+        self.round_occ: dict[str, list | None] = {}  # reaching() this round (names change between rounds)
+        self.meaningful = self.interp.rules.meaningful
+        self.evaluated_in: dict[str, int] = {}  # module -> functions evaluated (MAX_MODULE_FUNCTIONS)
+        self.evaluated_total = 0  # MAX_SCAN_FUNCTIONS
+        self.cut_in_module: dict[str, set] = {}  # module -> functions not evaluated: its own bound
+        self.cut_by_scan: dict[str, set] = {}  # module -> functions not evaluated: the scan's bound
+        self.names_b: set[bytes] = set()
+        # name -> the modules that define a function or global of that name found to depend on the GPU
+        self.homes: dict[bytes, set[str]] = {}
+
+    def module_trig(self, m: str) -> bool:
+        """Whether module m's bytes hold a trigger (from the prefilter's facts when it has them)."""
+        v = self.trig.get(m)
         if v is None:
-            f = facts.get(index.path_of[m])
-            v = trig[m] = f[0] if f is not None else holds_trigger(index.source_bytes(m))
+            f = self.facts.get(self.index.path_of[m])
+            v = self.trig[m] = f[0] if f is not None else holds_trigger(self.index.source_bytes(m))
         return v
 
-    # and whether a function's span holds one: asked again each round until the function is reported
-    span_trig: dict[tuple[str, int], bool] = {}
-    dyn_trig: dict[str, bool] = {}  # does the module hold a _dynamic_triggers form at all
-
-    def module_dyn(m: str) -> bool:
-        v = dyn_trig.get(m)
+    def module_dyn(self, m: str) -> bool:
+        """Whether module m's bytes hold a _dynamic_triggers form at all."""
+        v = self.dyn_trig.get(m)
         if v is None:
-            f = facts.get(index.path_of[m])
-            v = dyn_trig[m] = (f[2] if f is not None
-                               else _dynamic_hit(index.source_bytes(m)))
+            f = self.facts.get(self.index.path_of[m])
+            v = self.dyn_trig[m] = (f[2] if f is not None
+                                    else _dynamic_hit(self.index.source_bytes(m)))
         return v
 
-    def matches(modname: str, data: bytes, start: int, end: int, mod_trig: bool,
+    def matches(self, modname: str, data: bytes, start: int, end: int, mod_trig: bool,
                 occ: list[tuple[int, int]] | None) -> bool:
-        """occ: reaching() of the module."""
+        """Whether the span start..end holds a trigger or a use of a found name; occ: reaching() of the module."""
         if mod_trig:
-            t = span_trig.get((modname, start))
+            t = self.span_trig.get((modname, start))
             if t is None:
-                t = span_trig[(modname, start)] = holds_trigger(data, start, end, module_dyn(modname))
+                t = self.span_trig[(modname, start)] = holds_trigger(data, start, end, self.module_dyn(modname))
             if t:
                 return True
         return bool(occ) and any_use(data, occ, start, end)
 
-    imports: dict[str, tuple | None] = {}
-    externals = ExternalRoots(modules, index.runtimes)
-    round_occ: dict[str, list | None] = {}  # reaching() this round (names change between rounds)
-    meaningful = interp.rules.meaningful
-
-    def reaching(m: str) -> list[tuple[int, int]] | None:
+    def reaching(self, m: str) -> list[tuple[int, int]] | None:
         """reaching_occurrences in module m of the names it holds, and of the aliases they are
         imported as; None when it names none of `names`."""
-        if m in round_occ:
-            return round_occ[m]
-        present = present_in.get(m, set()) if names_b else None
+        if m in self.round_occ:
+            return self.round_occ[m]
+        present = self.present_in.get(m, set()) if self.names_b else None
         occ = None
         if present:
-            src = index.source_bytes(m)
-            if m not in imports:
-                imports[m] = module_imports(src)
-            imp = imports[m]
+            src = self.index.source_bytes(m)
+            if m not in self.imports:
+                self.imports[m] = module_imports(src)
+            imp = self.imports[m]
             if imp is None:
                 occ = reaching_occurrences(src, present, present)
             else:
                 imported, aliases = imp
-                bare = {n for n in present if n in imported or m in homes[n]}
+                bare = {n for n in present if n in imported or m in self.homes[n]}
                 alias = {a for n in present if n in aliases for a in aliases[n]}
                 occ = reaching_occurrences(src, present | alias, bare | alias,
-                                           lambda r: externals.external(m, src, r), meaningful)
-        round_occ[m] = occ
+                                           lambda r: self.externals.external(m, src, r), self.meaningful)
+        self.round_occ[m] = occ
         return occ
 
-    def uses_names(m: str) -> bool:
-        occ = reaching(m)
+    def uses_names(self, m: str) -> bool:
+        """Whether module m uses one of the found names anywhere."""
+        occ = self.reaching(m)
         if not occ:
             return False
-        src = index.source_bytes(m)
+        src = self.index.source_bytes(m)
         return any_use(src, occ, 0, len(src))
 
-    def needs_parse(m: str) -> bool:
+    def needs_parse(self, m: str) -> bool:
         """Must module m be loaded to list its functions? Not when it was parsed in full before
         and then evicted: its spans are known."""
-        return m in index._mods or m not in index._was_full
+        return m in self.index._mods or m not in self.index._was_full
 
-    evaluated_in: dict[str, int] = {}  # module -> functions evaluated (MAX_MODULE_FUNCTIONS)
-    evaluated_total = [0]  # MAX_SCAN_FUNCTIONS
-    cut_in_module: dict[str, set] = {}  # module -> functions not evaluated: its own bound
-    cut_by_scan: dict[str, set] = {}  # module -> functions not evaluated: the scan's bound
-    names_b: set[bytes] = set()
-    # name -> the modules that define a function or global of that name found to depend on the GPU
-    homes: dict[bytes, set[str]] = {}
-    while True:
-        scan.rounds += 1
-        round_occ.clear()
-        if names_b:
-            if not by_ident:
-                by_ident.update(_ident_index(modules, facts, index))
-            present_in.clear()
-            for n in names_b:
-                for m in by_ident.get(n, ()):
-                    present_in.setdefault(m, set()).add(n)
+    def run_round(self) -> None:
+        """One round: find the newly relevant modules, then evaluate the round's work list."""
+        index = self.index
+        self.round_occ.clear()
+        if self.names_b:
+            if not self.by_ident:
+                self.by_ident.update(_ident_index(self.modules, self.facts, index))
+            self.present_in.clear()
+            for n in self.names_b:
+                for m in self.by_ident.get(n, ()):
+                    self.present_in.setdefault(m, set()).add(n)
         new_rel = {
-            m for m in modules
-            if m not in relevant and (module_trig(m) or (names_b and uses_names(m)))
+            m for m in self.modules
+            if m not in self.relevant and (self.module_trig(m) or (self.names_b and self.uses_names(m)))
         }
-        redo = set(interp.invalidate(new_rel)) if new_rel and scan.rounds > 1 else set()
-        relevant |= new_rel
-        index.full_filter = relevant.__contains__
+        redo = set(self.interp.invalidate(new_rel)) if new_rel and self.scan.rounds > 1 else set()
+        self.relevant |= new_rel
+        index.full_filter = self.relevant.__contains__
         # The round's work list: the functions invalidated, then each relevant module's
         # functions that may test the GPU, in module order. It is made as it is evaluated, so
         # that the parse worker (Index.prefetch) parses the next modules meanwhile; the list and
         # its order are the same as when made first (evaluating adds to `reported` only the
         # items already listed).
-        order = sorted(relevant)
-        index.prefetch([m for m in order if needs_parse(m)])
+        order = sorted(self.relevant)
+        index.prefetch([m for m in order if self.needs_parse(m)])
+        for modname, qual in self.round_todo(redo, order, new_rel):
+            self.evaluate(modname, qual)
 
-        def round_todo():
-            yield from sorted(redo, key=_owner_key)
-            queued: set[tuple[str, str]] = set()  # a redefined qualname has a span per def
-            for k, modname in enumerate(order):
-                if progress and k % 50 == 0:
-                    progress(f"gate round {scan.rounds}: modules searched ({index.parsed_count} parsed)", k, len(order))
-                if evaluated_total[0] >= MAX_SCAN_FUNCTIONS and modname not in index._loaded:
-                    # the scan's bound is spent: a module never parsed is not parsed now to list
-                    # what would not be evaluated
-                    cut_by_scan.setdefault(modname, set())
-                    continue
-                mod = index.module(modname) if needs_parse(modname) else True
-                if mod is None:
-                    continue
-                if modname in new_rel:
-                    yield modname, None
-                mt = module_trig(modname)
-                # a module where a name carries the dependence holds its `def`: occ is not empty
-                occ = reaching(modname)
-                if not (mt or occ):
-                    continue
-                src = index.source_bytes(modname)
-                for qual, sb, eb in index.function_spans(modname):
-                    # a function whose own name now carries an architecture dependence here is
-                    # evaluated for the tests inside it (its `def` line is not a use, see _is_use)
-                    own = qual.rsplit(".", 1)[-1]
-                    if (modname, qual) not in reported and (modname, qual) not in queued and (
-                            (own in names and modname in homes[own.encode()]) or matches(modname, src, sb, eb, mt, occ)):
-                        queued.add((modname, qual))
-                        yield modname, qual
-
-        for modname, qual in round_todo():
-            if qual is not None and (evaluated_in.get(modname, 0) >= MAX_MODULE_FUNCTIONS
-                                     or evaluated_total[0] >= MAX_SCAN_FUNCTIONS):
-                reported.add((modname, qual))  # not asked again in a later round
-                (cut_in_module if evaluated_in.get(modname, 0) >= MAX_MODULE_FUNCTIONS
-                 else cut_by_scan).setdefault(modname, set()).add(qual)
+    def round_todo(self, redo: set, order: list[str], new_rel: set[str]):
+        """The round's work list, (module, None) for a module body, (module, qualname) for a function."""
+        yield from sorted(redo, key=_owner_key)
+        queued: set[tuple[str, str]] = set()  # a redefined qualname has a span per def
+        index = self.index
+        for k, modname in enumerate(order):
+            if self.progress and k % 50 == 0:
+                self.progress(f"gate round {self.scan.rounds}: modules searched ({index.parsed_count} parsed)",
+                              k, len(order))
+            if self.evaluated_total >= MAX_SCAN_FUNCTIONS and modname not in index._loaded:
+                # the scan's bound is spent: a module never parsed is not parsed now to list
+                # what would not be evaluated
+                self.cut_by_scan.setdefault(modname, set())
                 continue
-            mod = index.module(modname)
+            mod = index.module(modname) if self.needs_parse(modname) else True
             if mod is None:
                 continue
-            reported.add((modname, qual))
-            if qual is not None:
-                evaluated_in[modname] = evaluated_in.get(modname, 0) + 1
-                evaluated_total[0] += 1
-            try:
-                if qual is None:
-                    interp.report_module(modname)
-                else:
-                    nodes = mod.defs_of(qual)
-                    if nodes:
-                        interp.report_function(mod, qual, nodes)
-            except Exception as e:  # noqa: BLE001 - one function's failure is its diagnostic, not the scan's end
-                index.diagnostics.append(internal_error(mod.path, f"gate evaluation of {qual or 'the module body'}", e))
+            if modname in new_rel:
+                yield modname, None
+            yield from self._module_todo(modname, queued)
+
+    def _module_todo(self, modname: str, queued: set[tuple[str, str]]):
+        """The functions of one relevant module that may test the GPU and are not reported yet."""
+        mt = self.module_trig(modname)
+        # a module where a name carries the dependence holds its `def`: occ is not empty
+        occ = self.reaching(modname)
+        if not (mt or occ):
+            return
+        src = self.index.source_bytes(modname)
+        for qual, sb, eb in self.index.function_spans(modname):
+            # a function whose own name now carries an architecture dependence here is
+            # evaluated for the tests inside it (its `def` line is not a use, see _is_use)
+            own = qual.rsplit(".", 1)[-1]
+            if (modname, qual) not in self.reported and (modname, qual) not in queued and (
+                    (own in self.names and modname in self.homes[own.encode()])
+                    or self.matches(modname, src, sb, eb, mt, occ)):
+                queued.add((modname, qual))
+                yield modname, qual
+
+    def evaluate(self, modname: str, qual: str | None) -> None:
+        """Evaluate one work item within the module's and the scan's function budgets."""
+        index = self.index
+        if qual is not None and (self.evaluated_in.get(modname, 0) >= MAX_MODULE_FUNCTIONS
+                                 or self.evaluated_total >= MAX_SCAN_FUNCTIONS):
+            self.reported.add((modname, qual))  # not asked again in a later round
+            (self.cut_in_module if self.evaluated_in.get(modname, 0) >= MAX_MODULE_FUNCTIONS
+             else self.cut_by_scan).setdefault(modname, set()).add(qual)
+            return
+        mod = index.module(modname)
+        if mod is None:
+            return
+        self.reported.add((modname, qual))
+        if qual is not None:
+            self.evaluated_in[modname] = self.evaluated_in.get(modname, 0) + 1
+            self.evaluated_total += 1
+        try:
+            if qual is None:
+                self.interp.report_module(modname)
+            else:
+                nodes = mod.defs_of(qual)
+                if nodes:
+                    self.interp.report_function(mod, qual, nodes)
+        except Exception as e:  # noqa: BLE001 - one function's failure is its diagnostic, not the scan's end
+            index.diagnostics.append(internal_error(mod.path, f"gate evaluation of {qual or 'the module body'}", e))
+
+    def learn_names(self) -> bool:
+        """Add the names that now carry an architecture dependence; False when the rounds are done."""
         # names that now carry an architecture dependence: their users may be gates too
-        found = _arch_definitions(interp)
+        found = _arch_definitions(self.interp)
         # a module constant that spells a capability query or a name found above (NAME =
         # "get_device_capability", PRED = "is_hopper"): a getattr or globals() lookup by it is one
-        found |= {(n, m) for m, strings in interp.string_globals.items() for n, v in strings.items()
-                  if v in names or holds_trigger(v.encode("utf-8", "surrogatepass"))}
-        new = {n for n, _m in found if n not in names and len(n) > 3 and n.isidentifier() and not n.startswith("__")}
-        if not new or scan.rounds >= 8:
-            break
-        names |= new
-        names_b = {n.encode() for n in names}
+        found |= {(n, m) for m, strings in self.interp.string_globals.items() for n, v in strings.items()
+                  if v in self.names or holds_trigger(v.encode("utf-8", "surrogatepass"))}
+        new = {n for n, _m in found
+               if n not in self.names and len(n) > 3 and n.isidentifier() and not n.startswith("__")}
+        if not new or self.scan.rounds >= 8:
+            return False
+        self.names |= new
+        self.names_b = {n.encode() for n in self.names}
         for n, m in found:
-            homes.setdefault(n.encode(), set()).add(m)
-    scan.evaluated_modules = len(relevant)
-    scan.evaluated_bytes = sum(split_trailer(index.source_bytes(m)) for m in relevant)
-    scan.evaluated_functions = sum(1 for _m, q in reported if q is not None)
-    scan.parsed_modules = index.parsed_count
-    scan.predicates = sorted(interp.arch_functions)
-    scan.names = frozenset(names)
-    scan.over_budget = sorted(set(interp.budget_exceeded), key=_owner_key)
-    for m, quals in sorted(cut_in_module.items()):
-        index.diagnostics.append(Diagnostic(
-            index.path_of.get(m, m), "analysis-budget",
-            f"gate evaluation stopped at this module's budget of {MAX_MODULE_FUNCTIONS:,} functions; "
-            f"{len(quals)} more functions that may hold gates not evaluated (their gates are missing)"))
-    for m, quals in sorted(cut_by_scan.items()):
-        more = f"{len(quals)} functions that may hold gates" if quals else "its functions"
-        index.diagnostics.append(Diagnostic(
-            index.path_of.get(m, m), "analysis-budget",
-            f"gate evaluation of this scan stopped at its budget of {MAX_SCAN_FUNCTIONS:,} functions; "
-            f"{more} not evaluated (their gates are missing)"))
-    scan.gates = to_gates(interp.gates, package_of)
-    index.on_evict.remove(interp.forget_module)  # nothing else keeps the interpreter's values
-    return scan
+            self.homes.setdefault(n.encode(), set()).add(m)
+        return True
+
+    def finish(self, package_of) -> GateScan:
+        """Fill in the scan's counts, gates and budget diagnostics."""
+        index, scan = self.index, self.scan
+        scan.evaluated_modules = len(self.relevant)
+        scan.evaluated_bytes = sum(split_trailer(index.source_bytes(m)) for m in self.relevant)
+        scan.evaluated_functions = sum(1 for _m, q in self.reported if q is not None)
+        scan.parsed_modules = index.parsed_count
+        scan.predicates = sorted(self.interp.arch_functions)
+        scan.names = frozenset(self.names)
+        scan.over_budget = sorted(set(self.interp.budget_exceeded), key=_owner_key)
+        self._budget_diagnostics()
+        scan.gates = to_gates(self.interp.gates, package_of)
+        index.on_evict.remove(self.interp.forget_module)  # nothing else keeps the interpreter's values
+        return scan
+
+    def _budget_diagnostics(self) -> None:
+        """One diagnostic per module whose functions a budget left unevaluated."""
+        for m, quals in sorted(self.cut_in_module.items()):
+            self.index.diagnostics.append(Diagnostic(
+                self.index.path_of.get(m, m), "analysis-budget",
+                f"gate evaluation stopped at this module's budget of {MAX_MODULE_FUNCTIONS:,} functions; "
+                f"{len(quals)} more functions that may hold gates not evaluated (their gates are missing)"))
+        for m, quals in sorted(self.cut_by_scan.items()):
+            more = f"{len(quals)} functions that may hold gates" if quals else "its functions"
+            self.index.diagnostics.append(Diagnostic(
+                self.index.path_of.get(m, m), "analysis-budget",
+                f"gate evaluation of this scan stopped at its budget of {MAX_SCAN_FUNCTIONS:,} functions; "
+                f"{more} not evaluated (their gates are missing)"))
 
 
 def _ident_index(modules: list[str], facts: dict, index: Index) -> dict[bytes, list[str]]:
