@@ -303,191 +303,224 @@ class _Converter:
         return out
 
     def stmt(self, ts) -> N | None:
+        """One statement's IR node, converted by the handler of its tree-sitter type (None for a comment)."""
         t = ts.type
         if t == "comment":
             return None
-        if t == "decorated_definition":
-            decos = [self.expr(d.named_children[0]) for d in ts.named_children if d.type == "decorator" and d.named_children]
-            inner = ts.child_by_field_name("definition")
-            if inner is None:
-                return self.mk("other", ts)
-            n = self.stmt(inner)
-            if n is not None:
-                n.f["decorators"] = decos
-            return n
-        if t == "function_definition":
-            params = self.params(ts.child_by_field_name("parameters"))
-            name = ts.child_by_field_name("name")
-            body_ts = ts.child_by_field_name("body")
-            if self.lazy and body_ts is not None and not may_nest_def(self.src, body_ts.start_byte, body_ts.end_byte):
-                # a body without nested defs/classes (those must be indexed now) is converted on
-                # first use; the key order is the eager one (walkers iterate f.values())
-                row, col = ts.start_point
-                f = LazyFields(name=self.text(name) if name else "?", params=params, decorators=[],
-                               returns=self.opt_expr(ts.child_by_field_name("return_type")))
-                # where the def is, to parse it alone when its body is first read (see _def_node)
-                f.pending = f.origin = (self.src, ts.start_byte, ts.end_byte, (row, col), tuple(ts.end_point),
-                                        self.bdepth)
-                return N("def", self._line(row), col + 1, ts.start_byte, ts.end_byte, f)
-            return self.mk(
-                "def",
-                ts,
-                name=self.text(name) if name else "?",
-                params=params,
-                body=[] if self.shallow else self.block_children(body_ts),
-                decorators=[],
-                returns=self.opt_expr(ts.child_by_field_name("return_type")),
-            )
-        if t == "class_definition":
-            name = ts.child_by_field_name("name")
-            sup = ts.child_by_field_name("superclasses")
-            bases = []
-            if sup is not None:
-                bases = [self.expr(c) for c in sup.named_children if c.type not in ("keyword_argument", "comment")]
-            return self.mk(
-                "class",
-                ts,
-                name=self.text(name) if name else "?",
-                bases=bases,
-                body=self.block_children(ts.child_by_field_name("body")),
-                decorators=[],
-            )
-        if t == "if_statement":
-            cond = self.expr(ts.child_by_field_name("condition"))
-            body = self.block_children(ts.child_by_field_name("consequence"))
-            orelse: list[N] = []
-            # elif chains become nested ifs in `orelse`, as in Python's ast
-            alts = [c for c in ts.children_by_field_name("alternative")]
-            tail = orelse
-            for a in alts:
-                if a.type == "elif_clause":
-                    n = self.mk(
-                        "if",
-                        a,
-                        test=self.expr(a.child_by_field_name("condition")),
-                        body=self.block_children(a.child_by_field_name("consequence")),
-                        orelse=[],
-                        elif_=True,
-                    )
-                    # as in Python's ast, an elif spans to the end of the whole chain: the
-                    # later clauses are inside it
-                    n.eb = ts.end_byte
-                    tail.append(n)
-                    tail = n.f["orelse"]
-                elif a.type == "else_clause":
-                    tail.extend(self.block_children(a.child_by_field_name("body")))
-            return self.mk("if", ts, test=cond, body=body, orelse=orelse, elif_=False)
-        if t == "for_statement":
-            alt = ts.child_by_field_name("alternative")
-            return self.mk(
-                "for",
-                ts,
-                target=self.expr(ts.child_by_field_name("left")),
-                iter=self.expr(ts.child_by_field_name("right")),
-                body=self.block_children(ts.child_by_field_name("body")),
-                orelse=self.block_children(alt.child_by_field_name("body")) if alt is not None else [],
-            )
-        if t == "while_statement":
-            alt = ts.child_by_field_name("alternative")
-            return self.mk(
-                "while",
-                ts,
-                test=self.expr(ts.child_by_field_name("condition")),
-                body=self.block_children(ts.child_by_field_name("body")),
-                orelse=self.block_children(alt.child_by_field_name("body")) if alt is not None else [],
-            )
-        if t == "try_statement":
-            handlers, orelse, final = [], [], []
-            for c in ts.named_children:
-                if c.type in ("except_clause", "except_group_clause"):
-                    blk = [x for x in c.named_children if x.type == "block"]
-                    handlers.append(self.block_children(blk[0]) if blk else [])
-                elif c.type == "else_clause":
-                    orelse = self.block_children(c.child_by_field_name("body"))
-                elif c.type == "finally_clause":
-                    blk = [x for x in c.named_children if x.type == "block"]
-                    final = self.block_children(blk[0]) if blk else []
-            return self.mk(
-                "try", ts, body=self.block_children(ts.child_by_field_name("body")), handlers=handlers, orelse=orelse, final=final
-            )
-        if t == "with_statement":
-            items = []
-            for c in ts.named_children:
-                if c.type == "with_clause":
-                    for it in c.named_children:
-                        if it.type == "with_item":
-                            v = it.child_by_field_name("value")
-                            if v is not None and v.type == "as_pattern":
-                                ch = v.named_children
-                                tgt = v.child_by_field_name("alias")
-                                items.append((self.expr(ch[0]), self.expr(tgt.named_children[0]) if tgt is not None and tgt.named_children else None))
-                            else:
-                                items.append((self.opt_expr(v), None))
-            return self.mk("with", ts, items=items, body=self.block_children(ts.child_by_field_name("body")))
-        if t == "return_statement":
-            ch = ts.named_children
-            return self.mk("return", ts, value=self.expr(ch[0]) if ch else None)
-        if t == "raise_statement":
-            return self.mk("raise", ts)
-        if t == "assert_statement":
-            ch = ts.named_children
-            return self.mk("assert", ts, test=self.expr(ch[0]) if ch else None)
-        if t == "expression_statement":
-            ch = ts.named_children
-            if len(ch) == 1:
-                c = ch[0]
-                if c.type == "assignment":
-                    return self.assignment(c)
-                if c.type == "augmented_assignment":
-                    return self.mk(
-                        "augassign",
-                        c,
-                        target=self.expr(c.child_by_field_name("left")),
-                        op=self.text(c.child_by_field_name("operator"))[:-1],
-                        value=self.expr(c.child_by_field_name("right")),
-                    )
-                return self.mk("expr", ts, value=self.expr(c))
-            return self.mk("expr", ts, value=self.mk("tuple", ts, elts=[self.expr(c) for c in ch]))
-        if t == "import_statement":
-            names = []
-            for c in ts.named_children:
-                if c.type == "dotted_name":
-                    names.append((self.text(c), None))
-                elif c.type == "aliased_import":
-                    names.append((self.text(c.child_by_field_name("name")), self.text(c.child_by_field_name("alias"))))
-            return self.mk("import", ts, names=names)
-        if t == "import_from_statement":
-            mod = ts.child_by_field_name("module_name")
-            level, modname = 0, ""
-            if mod is not None:
-                mt = self.text(mod)
-                level = len(mt) - len(mt.lstrip("."))
-                modname = mt.lstrip(".")
-            names, star = [], False
-            for c in ts.children_by_field_name("name"):
-                if c.type == "dotted_name":
-                    names.append((self.text(c), None))
-                elif c.type == "aliased_import":
-                    names.append((self.text(c.child_by_field_name("name")), self.text(c.child_by_field_name("alias"))))
-            if any(c.type == "wildcard_import" for c in ts.named_children):
-                star = True
-            return self.mk("importfrom", ts, module=modname, level=level, names=names, star=star)
-        if t in ("pass_statement", "break_statement", "continue_statement"):
-            return self.mk(t.split("_")[0], ts)
-        if t == "global_statement" or t == "nonlocal_statement":
-            return self.mk(t.split("_")[0], ts, names=[self.text(c) for c in ts.named_children])
-        if t == "delete_statement":
-            return self.mk("pass", ts)
-        if t == "future_import_statement":
-            return self.mk("pass", ts)
-        if t in ("match_statement",):
-            return self.mk("other", ts)
+        h = _STMT_HANDLERS.get(t)
+        return h(self, ts) if h is not None else self.mk("other", ts)
 
-        if t == "ERROR":
-            # keep what is recognisable inside an error region
-            inner = self.block_children(ts)
-            return self.mk("block", ts, body=inner)
+    def _s_decorated(self, ts) -> N | None:
+        """A decorated def or class: the inner definition with its decorator expressions."""
+        decos = [self.expr(d.named_children[0]) for d in ts.named_children if d.type == "decorator" and d.named_children]
+        inner = ts.child_by_field_name("definition")
+        if inner is None:
+            return self.mk("other", ts)
+        n = self.stmt(inner)
+        if n is not None:
+            n.f["decorators"] = decos
+        return n
+
+    def _s_def(self, ts) -> N:
+        """A function definition; its body converted now or, when lazy and it nests no def, on first use."""
+        params = self.params(ts.child_by_field_name("parameters"))
+        name = ts.child_by_field_name("name")
+        body_ts = ts.child_by_field_name("body")
+        if self.lazy and body_ts is not None and not may_nest_def(self.src, body_ts.start_byte, body_ts.end_byte):
+            # a body without nested defs/classes (those must be indexed now) is converted on
+            # first use; the key order is the eager one (walkers iterate f.values())
+            row, col = ts.start_point
+            f = LazyFields(name=self.text(name) if name else "?", params=params, decorators=[],
+                           returns=self.opt_expr(ts.child_by_field_name("return_type")))
+            # where the def is, to parse it alone when its body is first read (see _def_node)
+            f.pending = f.origin = (self.src, ts.start_byte, ts.end_byte, (row, col), tuple(ts.end_point),
+                                    self.bdepth)
+            return N("def", self._line(row), col + 1, ts.start_byte, ts.end_byte, f)
+        return self.mk(
+            "def",
+            ts,
+            name=self.text(name) if name else "?",
+            params=params,
+            body=[] if self.shallow else self.block_children(body_ts),
+            decorators=[],
+            returns=self.opt_expr(ts.child_by_field_name("return_type")),
+        )
+
+    def _s_class(self, ts) -> N:
+        """A class definition with its bases and body."""
+        name = ts.child_by_field_name("name")
+        sup = ts.child_by_field_name("superclasses")
+        bases = []
+        if sup is not None:
+            bases = [self.expr(c) for c in sup.named_children if c.type not in ("keyword_argument", "comment")]
+        return self.mk(
+            "class",
+            ts,
+            name=self.text(name) if name else "?",
+            bases=bases,
+            body=self.block_children(ts.child_by_field_name("body")),
+            decorators=[],
+        )
+
+    def _s_if(self, ts) -> N:
+        """An if statement; elif chains become nested ifs in `orelse`, as in Python's ast."""
+        cond = self.expr(ts.child_by_field_name("condition"))
+        body = self.block_children(ts.child_by_field_name("consequence"))
+        orelse: list[N] = []
+        alts = [c for c in ts.children_by_field_name("alternative")]
+        tail = orelse
+        for a in alts:
+            if a.type == "elif_clause":
+                n = self.mk(
+                    "if",
+                    a,
+                    test=self.expr(a.child_by_field_name("condition")),
+                    body=self.block_children(a.child_by_field_name("consequence")),
+                    orelse=[],
+                    elif_=True,
+                )
+                # as in Python's ast, an elif spans to the end of the whole chain: the
+                # later clauses are inside it
+                n.eb = ts.end_byte
+                tail.append(n)
+                tail = n.f["orelse"]
+            elif a.type == "else_clause":
+                tail.extend(self.block_children(a.child_by_field_name("body")))
+        return self.mk("if", ts, test=cond, body=body, orelse=orelse, elif_=False)
+
+    def _s_for(self, ts) -> N:
+        """A for loop with its else block."""
+        alt = ts.child_by_field_name("alternative")
+        return self.mk(
+            "for",
+            ts,
+            target=self.expr(ts.child_by_field_name("left")),
+            iter=self.expr(ts.child_by_field_name("right")),
+            body=self.block_children(ts.child_by_field_name("body")),
+            orelse=self.block_children(alt.child_by_field_name("body")) if alt is not None else [],
+        )
+
+    def _s_while(self, ts) -> N:
+        """A while loop with its else block."""
+        alt = ts.child_by_field_name("alternative")
+        return self.mk(
+            "while",
+            ts,
+            test=self.expr(ts.child_by_field_name("condition")),
+            body=self.block_children(ts.child_by_field_name("body")),
+            orelse=self.block_children(alt.child_by_field_name("body")) if alt is not None else [],
+        )
+
+    def _s_try(self, ts) -> N:
+        """A try statement: its body, one block per handler, the else and finally blocks."""
+        handlers, orelse, final = [], [], []
+        for c in ts.named_children:
+            if c.type in ("except_clause", "except_group_clause"):
+                blk = [x for x in c.named_children if x.type == "block"]
+                handlers.append(self.block_children(blk[0]) if blk else [])
+            elif c.type == "else_clause":
+                orelse = self.block_children(c.child_by_field_name("body"))
+            elif c.type == "finally_clause":
+                blk = [x for x in c.named_children if x.type == "block"]
+                final = self.block_children(blk[0]) if blk else []
+        return self.mk(
+            "try", ts, body=self.block_children(ts.child_by_field_name("body")), handlers=handlers, orelse=orelse, final=final
+        )
+
+    def _s_with(self, ts) -> N:
+        """A with statement: (context expression, `as` target or None) per item, and the body."""
+        items = []
+        for c in ts.named_children:
+            if c.type == "with_clause":
+                for it in c.named_children:
+                    if it.type == "with_item":
+                        v = it.child_by_field_name("value")
+                        if v is not None and v.type == "as_pattern":
+                            ch = v.named_children
+                            tgt = v.child_by_field_name("alias")
+                            items.append((self.expr(ch[0]), self.expr(tgt.named_children[0]) if tgt is not None and tgt.named_children else None))
+                        else:
+                            items.append((self.opt_expr(v), None))
+        return self.mk("with", ts, items=items, body=self.block_children(ts.child_by_field_name("body")))
+
+    def _s_return(self, ts) -> N:
+        """A return statement and its value."""
+        ch = ts.named_children
+        return self.mk("return", ts, value=self.expr(ch[0]) if ch else None)
+
+    def _s_raise(self, ts) -> N:
+        """A raise statement (its exception is not kept)."""
+        return self.mk("raise", ts)
+
+    def _s_assert(self, ts) -> N:
+        """An assert statement and its test."""
+        ch = ts.named_children
+        return self.mk("assert", ts, test=self.expr(ch[0]) if ch else None)
+
+    def _s_expression(self, ts) -> N:
+        """An expression statement: an assignment, an augmented assignment or a bare expression."""
+        ch = ts.named_children
+        if len(ch) == 1:
+            c = ch[0]
+            if c.type == "assignment":
+                return self.assignment(c)
+            if c.type == "augmented_assignment":
+                return self.mk(
+                    "augassign",
+                    c,
+                    target=self.expr(c.child_by_field_name("left")),
+                    op=self.text(c.child_by_field_name("operator"))[:-1],
+                    value=self.expr(c.child_by_field_name("right")),
+                )
+            return self.mk("expr", ts, value=self.expr(c))
+        return self.mk("expr", ts, value=self.mk("tuple", ts, elts=[self.expr(c) for c in ch]))
+
+    def _import_names(self, children) -> list[tuple[str, str | None]]:
+        """(dotted name, alias or None) for each imported name among children."""
+        names = []
+        for c in children:
+            if c.type == "dotted_name":
+                names.append((self.text(c), None))
+            elif c.type == "aliased_import":
+                names.append((self.text(c.child_by_field_name("name")), self.text(c.child_by_field_name("alias"))))
+        return names
+
+    def _s_import(self, ts) -> N:
+        """`import a.b [as c], ...`."""
+        return self.mk("import", ts, names=self._import_names(ts.named_children))
+
+    def _s_import_from(self, ts) -> N:
+        """`from [.]mod import a [as b], ...` or `from mod import *`."""
+        mod = ts.child_by_field_name("module_name")
+        level, modname = 0, ""
+        if mod is not None:
+            mt = self.text(mod)
+            level = len(mt) - len(mt.lstrip("."))
+            modname = mt.lstrip(".")
+        names = self._import_names(ts.children_by_field_name("name"))
+        star = any(c.type == "wildcard_import" for c in ts.named_children)
+        return self.mk("importfrom", ts, module=modname, level=level, names=names, star=star)
+
+    def _s_keyword(self, ts) -> N:
+        """pass, break or continue: a node of that kind."""
+        return self.mk(ts.type.split("_")[0], ts)
+
+    def _s_scope_names(self, ts) -> N:
+        """global or nonlocal and the names it declares."""
+        return self.mk(ts.type.split("_")[0], ts, names=[self.text(c) for c in ts.named_children])
+
+    def _s_pass(self, ts) -> N:
+        """A statement the analysis treats as `pass` (del, from __future__ import)."""
+        return self.mk("pass", ts)
+
+    def _s_other(self, ts) -> N:
+        """A statement the analysis does not look into."""
         return self.mk("other", ts)
+
+    def _s_error(self, ts) -> N:
+        """A parse error region: a block of what is recognisable inside it."""
+        inner = self.block_children(ts)
+        return self.mk("block", ts, body=inner)
 
     def assignment(self, c) -> N:
         left = c.child_by_field_name("left")
@@ -546,138 +579,191 @@ class _Converter:
             self.depth -= 1
 
     def _expr(self, ts) -> N:
-        t = ts.type
-        if t == "identifier":
-            return self.leaf("name", ts, "id", self.name(ts))
-        if t == "attribute":
-            obj = ts.child_by_field_name("object")
-            attr = ts.child_by_field_name("attribute")
-            return self.mk("attr", ts, value=self.expr(obj), attr=self.name(attr) if attr else "?")
-        if t == "call":
-            fn = ts.child_by_field_name("function")
-            argl = ts.child_by_field_name("arguments")
-            args, kwargs, star = [], [], False
-            if argl is not None and argl.type == "argument_list":
-                for c in argl.named_children:
-                    if c.type == "keyword_argument":
-                        nm = c.child_by_field_name("name")
-                        kwargs.append((self.text(nm) if nm else "?", self.expr(c.child_by_field_name("value"))))
-                    elif c.type in ("list_splat", "dictionary_splat"):
-                        star = True
-                    elif c.type == "comment":
-                        continue
-                    else:
-                        args.append(self.expr(c))
-            elif argl is not None:  # generator expression argument: `"".join(f(x) for x in xs)`
-                args.append(self.comprehension(argl))
-            return self.mk("call", ts, func=self.expr(fn), args=args, kwargs=kwargs, star=star)
-        if t == "integer":
-            txt = self.text(ts).replace("_", "").rstrip("lLjJ")
+        """One expression's IR node, converted by the handler of its tree-sitter type."""
+        h = _EXPR_HANDLERS.get(ts.type)
+        return h(self, ts) if h is not None else self.mk("other", ts)
+
+    def _e_name(self, ts) -> N:
+        """An identifier."""
+        return self.leaf("name", ts, "id", self.name(ts))
+
+    def _e_attr(self, ts) -> N:
+        """`obj.attr`."""
+        obj = ts.child_by_field_name("object")
+        attr = ts.child_by_field_name("attribute")
+        return self.mk("attr", ts, value=self.expr(obj), attr=self.name(attr) if attr else "?")
+
+    def _e_call(self, ts) -> N:
+        """A call: positional and keyword arguments, and whether a * or ** argument is passed."""
+        fn = ts.child_by_field_name("function")
+        argl = ts.child_by_field_name("arguments")
+        args, kwargs, star = [], [], False
+        if argl is not None and argl.type == "argument_list":
+            for c in argl.named_children:
+                if c.type == "keyword_argument":
+                    nm = c.child_by_field_name("name")
+                    kwargs.append((self.text(nm) if nm else "?", self.expr(c.child_by_field_name("value"))))
+                elif c.type in ("list_splat", "dictionary_splat"):
+                    star = True
+                elif c.type == "comment":
+                    continue
+                else:
+                    args.append(self.expr(c))
+        elif argl is not None:  # generator expression argument: `"".join(f(x) for x in xs)`
+            args.append(self.comprehension(argl))
+        return self.mk("call", ts, func=self.expr(fn), args=args, kwargs=kwargs, star=star)
+
+    def _e_integer(self, ts) -> N:
+        """An integer literal (any base, underscores, a Python 2 `L` suffix)."""
+        txt = self.text(ts).replace("_", "").rstrip("lLjJ")
+        try:
+            v = int(txt, 0)
+        except ValueError:
             try:
-                v = int(txt, 0)
-            except ValueError:
-                try:
-                    v = int(txt.lstrip("0") or "0")
-                except ValueError:
-                    return self.mk("other", ts)
-            return self.leaf("const", ts, "value", v)
-        if t == "float":
-            try:
-                return self.mk("const", ts, value=float(self.text(ts).replace("_", "")))
+                v = int(txt.lstrip("0") or "0")
             except ValueError:
                 return self.mk("other", ts)
-        if t == "true":
-            return self.leaf("const", ts, "value", True)
-        if t == "false":
-            return self.leaf("const", ts, "value", False)
-        if t == "none":
-            return self.leaf("const", ts, "value", None)
-        if t == "string":
-            return self.string(ts)
-        if t == "concatenated_string":
-            parts = [self.string(c) for c in ts.named_children if c.type == "string"]
-            if all(p.k == "const" for p in parts):
-                return self.mk("const", ts, value="".join(p.f["value"] for p in parts))
-            return self.mk("fstring", ts, parts=[x for p in parts for x in (p.f["parts"] if p.k == "fstring" else [p])])
-        if t in ("tuple", "expression_list", "pattern_list", "tuple_pattern"):
-            return self.mk("tuple", ts, elts=[self.expr(c) for c in ts.named_children if c.type != "comment"])
-        if t in ("list", "list_pattern"):
-            return self.mk("list", ts, elts=[self.expr(c) for c in ts.named_children if c.type != "comment"])
-        if t == "set":
-            return self.mk("set", ts, elts=[self.expr(c) for c in ts.named_children if c.type != "comment"])
-        if t == "dictionary":
-            pairs = []
-            for c in ts.named_children:
-                if c.type == "pair":
-                    pairs.append((self.expr(c.child_by_field_name("key")), self.expr(c.child_by_field_name("value"))))
-                elif c.type == "dictionary_splat":
-                    pairs.append((None, self.expr(c.named_children[0]) if c.named_children else self.mk("other", c)))
-            return self.mk("dict", ts, pairs=pairs)
-        if t == "subscript":
-            subs = ts.children_by_field_name("subscript")
-            idx = self.expr(subs[0]) if len(subs) == 1 else self.mk("tuple", ts, elts=[self.expr(s) for s in subs])
-            return self.mk("subscript", ts, value=self.expr(ts.child_by_field_name("value")), index=idx)
-        if t == "comparison_operator":
-            operands, ops = [], []
-            pending = ""
-            for c in ts.children:
-                if c.is_named and c.type != "comment":
-                    if pending:
-                        ops.append(pending)
-                        pending = ""
-                    operands.append(self.expr(c))
-                elif not c.is_named:
-                    tok = self.text(c)
-                    pending = f"{pending} {tok}".strip() if pending else tok
-            return self.mk("compare", ts, operands=operands, ops=ops)
-        if t == "boolean_operator":
-            op = ts.child_by_field_name("operator")
-            return self.mk(
-                "boolop",
-                ts,
-                op=self.text(op) if op else "and",
-                left=self.expr(ts.child_by_field_name("left")),
-                right=self.expr(ts.child_by_field_name("right")),
-            )
-        if t == "not_operator":
-            return self.mk("not", ts, value=self.expr(ts.child_by_field_name("argument")))
-        if t == "unary_operator":
-            op = ts.child_by_field_name("operator")
-            return self.mk("unary", ts, op=self.text(op) if op else "-", value=self.expr(ts.child_by_field_name("argument")))
-        if t == "binary_operator":
-            op = ts.child_by_field_name("operator")
-            return self.mk(
-                "binop",
-                ts,
-                op=self.text(op) if op else "?",
-                left=self.expr(ts.child_by_field_name("left")),
-                right=self.expr(ts.child_by_field_name("right")),
-            )
-        if t == "conditional_expression":
-            ch = [c for c in ts.named_children if c.type != "comment"]
-            if len(ch) == 3:
-                return self.mk("ifexp", ts, body=self.expr(ch[0]), test=self.expr(ch[1]), orelse=self.expr(ch[2]))
+        return self.leaf("const", ts, "value", v)
+
+    def _e_float(self, ts) -> N:
+        """A float literal."""
+        try:
+            return self.mk("const", ts, value=float(self.text(ts).replace("_", "")))
+        except ValueError:
             return self.mk("other", ts)
-        if t == "parenthesized_expression":
-            ch = [c for c in ts.named_children if c.type != "comment"]
-            return self.expr(ch[0]) if len(ch) == 1 else self.mk("other", ts)
-        if t == "await":
-            ch = ts.named_children
-            return self.expr(ch[0]) if ch else self.mk("other", ts)
-        if t == "named_expression":
-            return self.mk(
-                "walrus", ts, target=self.text(ts.child_by_field_name("name")), value=self.expr(ts.child_by_field_name("value"))
-            )
-        if t in ("list_splat", "dictionary_splat", "list_splat_pattern"):
-            ch = ts.named_children
-            return self.mk("starred", ts, value=self.expr(ch[0]) if ch else None)
-        if t == "lambda":
-            return self.mk("lambda", ts, body=self.opt_expr(ts.child_by_field_name("body")), params=self.params(ts.child_by_field_name("parameters")))
-        if t in ("list_comprehension", "set_comprehension", "generator_expression", "dictionary_comprehension"):
-            return self.comprehension(ts)
-        if t == "keyword_argument":
-            return self.expr(ts.child_by_field_name("value"))
+
+    def _e_true(self, ts) -> N:
+        """`True`."""
+        return self.leaf("const", ts, "value", True)
+
+    def _e_false(self, ts) -> N:
+        """`False`."""
+        return self.leaf("const", ts, "value", False)
+
+    def _e_none(self, ts) -> N:
+        """`None`."""
+        return self.leaf("const", ts, "value", None)
+
+    def _e_concatenated(self, ts) -> N:
+        """Adjacent string literals: one constant, or one f-string of all their parts."""
+        parts = [self.string(c) for c in ts.named_children if c.type == "string"]
+        if all(p.k == "const" for p in parts):
+            return self.mk("const", ts, value="".join(p.f["value"] for p in parts))
+        return self.mk("fstring", ts, parts=[x for p in parts for x in (p.f["parts"] if p.k == "fstring" else [p])])
+
+    def _elts(self, ts) -> list[N]:
+        """The element expressions of a tuple, list or set display."""
+        return [self.expr(c) for c in ts.named_children if c.type != "comment"]
+
+    def _e_tuple(self, ts) -> N:
+        """A tuple (or a tuple pattern, an expression list)."""
+        return self.mk("tuple", ts, elts=self._elts(ts))
+
+    def _e_list(self, ts) -> N:
+        """A list (or a list pattern)."""
+        return self.mk("list", ts, elts=self._elts(ts))
+
+    def _e_set(self, ts) -> N:
+        """A set display."""
+        return self.mk("set", ts, elts=self._elts(ts))
+
+    def _e_dict(self, ts) -> N:
+        """A dict display: (key, value) pairs, key None for a `**` entry."""
+        pairs = []
+        for c in ts.named_children:
+            if c.type == "pair":
+                pairs.append((self.expr(c.child_by_field_name("key")), self.expr(c.child_by_field_name("value"))))
+            elif c.type == "dictionary_splat":
+                pairs.append((None, self.expr(c.named_children[0]) if c.named_children else self.mk("other", c)))
+        return self.mk("dict", ts, pairs=pairs)
+
+    def _e_subscript(self, ts) -> N:
+        """`value[index]`; several subscripts become a tuple index."""
+        subs = ts.children_by_field_name("subscript")
+        idx = self.expr(subs[0]) if len(subs) == 1 else self.mk("tuple", ts, elts=[self.expr(s) for s in subs])
+        return self.mk("subscript", ts, value=self.expr(ts.child_by_field_name("value")), index=idx)
+
+    def _e_compare(self, ts) -> N:
+        """A comparison chain: its operands and operators (`not in`, `is not` as one operator)."""
+        operands, ops = [], []
+        pending = ""
+        for c in ts.children:
+            if c.is_named and c.type != "comment":
+                if pending:
+                    ops.append(pending)
+                    pending = ""
+                operands.append(self.expr(c))
+            elif not c.is_named:
+                tok = self.text(c)
+                pending = f"{pending} {tok}".strip() if pending else tok
+        return self.mk("compare", ts, operands=operands, ops=ops)
+
+    def _e_boolop(self, ts) -> N:
+        """`left and right`, `left or right`."""
+        op = ts.child_by_field_name("operator")
+        return self.mk(
+            "boolop",
+            ts,
+            op=self.text(op) if op else "and",
+            left=self.expr(ts.child_by_field_name("left")),
+            right=self.expr(ts.child_by_field_name("right")),
+        )
+
+    def _e_not(self, ts) -> N:
+        """`not value`."""
+        return self.mk("not", ts, value=self.expr(ts.child_by_field_name("argument")))
+
+    def _e_unary(self, ts) -> N:
+        """A unary operator (-, +, ~)."""
+        op = ts.child_by_field_name("operator")
+        return self.mk("unary", ts, op=self.text(op) if op else "-", value=self.expr(ts.child_by_field_name("argument")))
+
+    def _e_binop(self, ts) -> N:
+        """A binary operator."""
+        op = ts.child_by_field_name("operator")
+        return self.mk(
+            "binop",
+            ts,
+            op=self.text(op) if op else "?",
+            left=self.expr(ts.child_by_field_name("left")),
+            right=self.expr(ts.child_by_field_name("right")),
+        )
+
+    def _e_ifexp(self, ts) -> N:
+        """`body if test else orelse`."""
+        ch = [c for c in ts.named_children if c.type != "comment"]
+        if len(ch) == 3:
+            return self.mk("ifexp", ts, body=self.expr(ch[0]), test=self.expr(ch[1]), orelse=self.expr(ch[2]))
         return self.mk("other", ts)
+
+    def _e_paren(self, ts) -> N:
+        """A parenthesized expression: the expression inside."""
+        ch = [c for c in ts.named_children if c.type != "comment"]
+        return self.expr(ch[0]) if len(ch) == 1 else self.mk("other", ts)
+
+    def _e_await(self, ts) -> N:
+        """`await value`: the awaited expression."""
+        ch = ts.named_children
+        return self.expr(ch[0]) if ch else self.mk("other", ts)
+
+    def _e_walrus(self, ts) -> N:
+        """`name := value`."""
+        return self.mk(
+            "walrus", ts, target=self.text(ts.child_by_field_name("name")), value=self.expr(ts.child_by_field_name("value"))
+        )
+
+    def _e_starred(self, ts) -> N:
+        """`*value` or `**value`."""
+        ch = ts.named_children
+        return self.mk("starred", ts, value=self.expr(ch[0]) if ch else None)
+
+    def _e_lambda(self, ts) -> N:
+        """A lambda: its body expression and parameters."""
+        return self.mk("lambda", ts, body=self.opt_expr(ts.child_by_field_name("body")), params=self.params(ts.child_by_field_name("parameters")))
+
+    def _e_keyword_argument(self, ts) -> N:
+        """A keyword argument outside an argument list: its value."""
+        return self.expr(ts.child_by_field_name("value"))
 
     def comprehension(self, ts) -> N:
         body = ts.child_by_field_name("body")
@@ -729,6 +815,75 @@ class _Converter:
             pos = e.end_byte
         out.append(self.src[pos : c.end_byte].decode("utf-8", "replace"))
         return "".join(out)
+
+
+# tree-sitter statement type -> the _Converter method that converts it (others become "other")
+_STMT_HANDLERS = {
+    "decorated_definition": _Converter._s_decorated,
+    "function_definition": _Converter._s_def,
+    "class_definition": _Converter._s_class,
+    "if_statement": _Converter._s_if,
+    "for_statement": _Converter._s_for,
+    "while_statement": _Converter._s_while,
+    "try_statement": _Converter._s_try,
+    "with_statement": _Converter._s_with,
+    "return_statement": _Converter._s_return,
+    "raise_statement": _Converter._s_raise,
+    "assert_statement": _Converter._s_assert,
+    "expression_statement": _Converter._s_expression,
+    "import_statement": _Converter._s_import,
+    "import_from_statement": _Converter._s_import_from,
+    "pass_statement": _Converter._s_keyword,
+    "break_statement": _Converter._s_keyword,
+    "continue_statement": _Converter._s_keyword,
+    "global_statement": _Converter._s_scope_names,
+    "nonlocal_statement": _Converter._s_scope_names,
+    "delete_statement": _Converter._s_pass,
+    "future_import_statement": _Converter._s_pass,
+    "match_statement": _Converter._s_other,
+    "ERROR": _Converter._s_error,
+}
+
+# tree-sitter expression type -> the _Converter method that converts it (others become "other")
+_EXPR_HANDLERS = {
+    "identifier": _Converter._e_name,
+    "attribute": _Converter._e_attr,
+    "call": _Converter._e_call,
+    "integer": _Converter._e_integer,
+    "float": _Converter._e_float,
+    "true": _Converter._e_true,
+    "false": _Converter._e_false,
+    "none": _Converter._e_none,
+    "string": _Converter.string,
+    "concatenated_string": _Converter._e_concatenated,
+    "tuple": _Converter._e_tuple,
+    "expression_list": _Converter._e_tuple,
+    "pattern_list": _Converter._e_tuple,
+    "tuple_pattern": _Converter._e_tuple,
+    "list": _Converter._e_list,
+    "list_pattern": _Converter._e_list,
+    "set": _Converter._e_set,
+    "dictionary": _Converter._e_dict,
+    "subscript": _Converter._e_subscript,
+    "comparison_operator": _Converter._e_compare,
+    "boolean_operator": _Converter._e_boolop,
+    "not_operator": _Converter._e_not,
+    "unary_operator": _Converter._e_unary,
+    "binary_operator": _Converter._e_binop,
+    "conditional_expression": _Converter._e_ifexp,
+    "parenthesized_expression": _Converter._e_paren,
+    "await": _Converter._e_await,
+    "named_expression": _Converter._e_walrus,
+    "list_splat": _Converter._e_starred,
+    "dictionary_splat": _Converter._e_starred,
+    "list_splat_pattern": _Converter._e_starred,
+    "lambda": _Converter._e_lambda,
+    "list_comprehension": _Converter.comprehension,
+    "set_comprehension": _Converter.comprehension,
+    "generator_expression": _Converter.comprehension,
+    "dictionary_comprehension": _Converter.comprehension,
+    "keyword_argument": _Converter._e_keyword_argument,
+}
 
 
 # ---------------------------------------------------------------- lazy function bodies
