@@ -99,11 +99,22 @@ def decode(data: bytes | str) -> str:
 
 
 def scan(data: bytes | str) -> Scan:
+    """The file's text with comments and literals blanked, its string literals and directives."""
     text = decode(data)
     if "\r" in text:
         # a carriage return that ends a line alone (old Mac line ends) ends it for the C
         # preprocessor too; lines are counted by LF here. Same length, so offsets are kept.
         text = _LONE_CR.sub("\n", text)
+    code, cleaned, dcode, strings = _blank_comments_and_literals(text)
+    line_starts = [0]
+    line_starts.extend(m.end() for m in re.finditer(r"\n", text))
+    directives, body = _directives(code, cleaned, dcode, line_starts)
+    return Scan(text, code, body, strings, directives, line_starts)
+
+
+def _blank_comments_and_literals(text: str) -> tuple[str, str, str, list[tuple[int, int]]]:
+    """(code: comments and literal contents blanked, cleaned: comments blanked only, dcode:
+    comments as plain spaces, line breaks included, string literal spans), all as long as text."""
     pieces: list[str] = []  # comments and literal contents blanked
     clean: list[str] = []  # comments blanked only (directive text keeps its string literals)
     strings: list[tuple[int, int]] = []
@@ -120,20 +131,16 @@ def scan(data: bytes | str) -> Scan:
         tok = m.group()
         c = tok[0]
         if c == "R":
-            prev = text[s - 2 : s] if s >= 2 else text[:s]
-            rm = _RAW_OPEN.match(text, s)
-            if rm and (not prev or not (prev[-1].isalnum() or prev[-1] == "_") or prev in ("u8",) or prev[-1] in "uUL"):
-                close = text.find(")" + rm.group(1) + '"', rm.end())
-                if close >= 0:
-                    e = close + len(rm.group(1)) + 2
-                    pieces.append(text[pos : s + 2])
-                    pieces.append(_blank(text[s + 2 : e - 1]) + '"')
-                    flat.append(text[pos : s + 2])
-                    flat.append(_blank(text[s + 2 : e - 1]) + '"')
-                    clean.append(text[pos:e])
-                    strings.append((s, e))
-                    pos = i = e
-                    continue
+            e = _raw_string_end(text, s)
+            if e >= 0:
+                pieces.append(text[pos : s + 2])
+                pieces.append(_blank(text[s + 2 : e - 1]) + '"')
+                flat.append(text[pos : s + 2])
+                flat.append(_blank(text[s + 2 : e - 1]) + '"')
+                clean.append(text[pos:e])
+                strings.append((s, e))
+                pos = i = e
+                continue
             i = s + 1  # an identifier ending in R before a string: rescan from the quote
             continue
         pieces.append(text[pos:s])
@@ -155,15 +162,27 @@ def scan(data: bytes | str) -> Scan:
     pieces.append(text[pos:])
     clean.append(text[pos:])
     flat.append(text[pos:])
-    cleaned = "".join(clean)
     code = "".join(pieces)
     dcode = "".join(flat)
     if dcode.startswith(_BOM):
         dcode = "   " + dcode[3:]  # a BOM before a first-line directive is not a token
     assert len(code) == len(text) == len(dcode)
+    return code, "".join(clean), dcode, strings
 
-    line_starts = [0]
-    line_starts.extend(m.end() for m in re.finditer(r"\n", text))
+
+def _raw_string_end(text: str, s: int) -> int:
+    """The end of the raw string literal R"d(...)d" whose R is at s, or -1 when there is none."""
+    prev = text[s - 2 : s] if s >= 2 else text[:s]
+    rm = _RAW_OPEN.match(text, s)
+    if rm and (not prev or not (prev[-1].isalnum() or prev[-1] == "_") or prev in ("u8",) or prev[-1] in "uUL"):
+        close = text.find(")" + rm.group(1) + '"', rm.end())
+        if close >= 0:
+            return close + len(rm.group(1)) + 2
+    return -1
+
+
+def _directives(code: str, cleaned: str, dcode: str, line_starts: list[int]) -> tuple[list[Directive], str]:
+    """The preprocessor directives (found in dcode) and the code with their text blanked."""
     directives: list[Directive] = []
     body_parts: list[str] = []
     bpos = 0
@@ -183,8 +202,7 @@ def scan(data: bytes | str) -> Scan:
         body_parts.append(_blank(code[s:e]))
         bpos = e
     body_parts.append(code[bpos:])
-    body = "".join(body_parts)
-    return Scan(text, code, body, strings, directives, line_starts)
+    return directives, "".join(body_parts)
 
 
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "'": "'", "\\": "\\", "0": "\0", "\n": ""}
@@ -396,39 +414,64 @@ def _paren_balance(s: str) -> int:
 
 def structure(sc: Scan) -> Structure:
     """Brace structure of the file: owners (functions, classes, aliases) and kernels."""
-    body = sc.body
-    st = Structure()
-    cond_events = [
-        (d.start, d.name)
-        for d in sc.directives
-        if d.name in ("if", "ifdef", "ifndef", "elif", "else", "endif", "elifdef", "elifndef")
-    ]
-    ev_iter = iter(cond_events)
-    next_cond = next(ev_iter, None)
+    walk = _BraceWalk(sc)
+    for m in re.finditer(r"[{};]", sc.body):
+        pos = m.start()
+        walk.follow_conditionals(pos)
+        c = m.group()
+        if c == ";":
+            walk.semicolon(pos)
+        elif c == "{":
+            walk.open_brace(pos)
+        else:
+            walk.close_brace(pos)
+    return walk.finish()
 
-    # Scope stack: (kind, owner index; -1 for none, -2 for a brace nested in a running head,
-    # -3 - i for a namespace whose name is ns_names[i])
-    stack: list[tuple[str, int]] = []
-    ns_names: list[str] = []
-    ns_starts: list[int] = []
-    ndecl = 0  # number of leading NS/CLASS entries... tracked as "depth of non-decl scopes"
-    cond_stack: list[list] = []  # [stack at #if, stack after the first branch or None]
-    head_start = 0
-    owners = st.owners
 
-    def enclosing_class() -> int:
-        for k, idx in reversed(stack):
+_CONDITIONALS = ("if", "ifdef", "ifndef", "elif", "else", "endif", "elifdef", "elifndef")
+
+
+class _BraceWalk:
+    """The state of structure()'s walk over a file's braces and semicolons: the scope stack,
+    the conditional directives passed, and where the current declaration's head starts."""
+
+    def __init__(self, sc: Scan):
+        self.sc = sc
+        self.body = sc.body
+        self.st = Structure()
+        self.owners = self.st.owners
+        self.ev_iter = iter([(d.start, d.name) for d in sc.directives if d.name in _CONDITIONALS])
+        self.next_cond = next(self.ev_iter, None)
+        # Scope stack: (kind, owner index; -1 for none, -2 for a brace nested in a running head,
+        # -3 - i for a namespace whose name is ns_names[i])
+        self.stack: list[tuple[str, int]] = []
+        self.ns_names: list[str] = []
+        self.ns_starts: list[int] = []
+        self.cond_stack: list[list] = []  # [stack at #if, stack after the first branch or None]
+        self.head_start = 0
+
+    def enclosing_class(self) -> int:
+        """The owner index of the innermost enclosing class, or -1."""
+        for k, idx in reversed(self.stack):
             if k == CLASS:
                 return idx
         return -1
 
-    def namespace() -> str:
-        return "::".join(n for k, idx in stack if k == NS and idx <= -3 for n in (ns_names[-3 - idx],) if n)
+    def namespace(self) -> str:
+        """The enclosing named namespaces as written ("a::b")."""
+        ns_names = self.ns_names
+        return "::".join(n for k, idx in self.stack if k == NS and idx <= -3 for n in (ns_names[-3 - idx],) if n)
 
-    for m in re.finditer(r"[{};]", body):
-        pos = m.start()
-        while next_cond is not None and next_cond[0] < pos:
-            name = next_cond[1]
+    def in_declarations(self) -> bool:
+        """Whether every open scope is a namespace or a class (a head here may declare an owner)."""
+        return all(k == NS or k == CLASS for k, _ in self.stack)
+
+    def follow_conditionals(self, pos: int) -> None:
+        """Apply the conditional directives before pos: each branch of an #if starts from the
+        stack at the #if; after #endif the stack is the first branch's."""
+        stack, cond_stack = self.stack, self.cond_stack
+        while self.next_cond is not None and self.next_cond[0] < pos:
+            name = self.next_cond[1]
             if name in ("if", "ifdef", "ifndef"):
                 cond_stack.append([list(stack), None])
             elif name != "endif" and cond_stack:
@@ -442,109 +485,124 @@ def structure(sc: Scan) -> Structure:
                     # Owners opened only in a later branch are left unterminated: close them here.
                     keep = {idx for _, idx in top[1]}
                     for _, idx in stack:
-                        if idx >= 0 and idx not in keep and owners[idx].end < 0:
-                            owners[idx].end = pos
+                        if idx >= 0 and idx not in keep and self.owners[idx].end < 0:
+                            self.owners[idx].end = pos
                     stack[:] = top[1]
-            next_cond = next(ev_iter, None)
-        c = m.group()
-        decl = all(k == NS or k == CLASS for k, _ in stack)
-        if c == ";":
-            if decl:
-                stmt = body[head_start:pos]
-                if _paren_balance(stmt) > 0:
-                    continue  # inside parentheses of a declaration (e.g. a lambda default)
-                if "using" in stmt or "typedef" in stmt:
-                    alias = _ALIAS.match(stmt)
-                    tdef = None if alias else _TYPEDEF.match(stmt)
-                    if alias or tdef:
-                        nm = alias.group(1) if alias else tdef.group(1)
-                        st_off = head_start + (len(stmt) - len(stmt.lstrip()))
-                        owners.append(
-                            Owner(nm, "alias", bool(alias and alias.group(0).lstrip().startswith("template")),
-                                  st_off, st_off, pos + 1, parent=enclosing_class(), line=sc.line_of(st_off), ns=namespace())
-                        )
-                head_start = pos + 1
-            continue
-        if c == "{":
-            if not decl:
-                stack.append((BLOCK, -1))
-                continue
-            head = body[head_start:pos]
-            if _paren_balance(head) > 0:
-                stack.append((BLOCK, -2))  # a brace inside a declaration's parentheses
-                continue
-            stripped, templ = _strip_template_clause(head)
-            stripped = stripped.strip()
-            kind = BLOCK
-            idx = -1
-            if "namespace" in stripped and re.search(r"\bnamespace\b", stripped) or _EXTERN_C.match(stripped):
-                kind = NS
-                idx = -3 - len(ns_names)
-                ns_starts.append(pos)
-                nm = _NAMESPACE.search(stripped)
-                if nm is None:  # extern "C", or a head not read here ("?" says so)
-                    ns_names.append("" if _EXTERN_C.match(stripped) else "?")
-                else:
-                    ns_names.append(re.sub(r"\s+", "", nm.group(2)) if nm.group(2) and not nm.group(1) else "")
-            elif "enum" in stripped and re.search(r"\benum\b", stripped):
-                kind = BLOCK
-            else:
-                cm = _CLASS_KW.match(stripped) if ("struct" in stripped or "class" in stripped or "union" in stripped) else None
-                if cm and "(" not in stripped[: cm.start(1)]:
-                    kind = CLASS
-                    nm = _class_name(cm.group(2))
-                    idx = len(owners)
-                    s0 = head_start + (len(head) - len(head.lstrip()))
-                    owners.append(Owner(nm.rsplit("::", 1)[-1], "class", templ, s0, pos, -1,
-                                        parent=enclosing_class(), line=sc.line_of(s0), ns=namespace()))
-                elif "=" in stripped and "operator" not in stripped and _top_level_char(stripped) >= 0:
-                    kind = BLOCK  # brace initialiser
-                elif "(" in stripped:
-                    close = stripped.rfind(")")
-                    after = stripped[close + 1 :] if close >= 0 else ""
-                    if _CTOR_INIT.search(after) and _ENDS_MEMBER_INIT.search(stripped) and not _ENDS_QUALIFIER.search(stripped):
-                        stack.append((BLOCK, -2))  # `: a_(x), b_{y}` member brace-initialiser
-                        continue
-                    nm = _function_name(stripped)
-                    if nm:
-                        kind = FUNC
-                        idx = len(owners)
-                        s0 = head_start + (len(head) - len(head.lstrip()))
-                        words = set(_DUNDER.findall(stripped))
-                        kernel = "__global__" in words
-                        dev_only = "__device__" in words and "__host__" not in words and not kernel
-                        qual = nm.rsplit("::", 1)[0] if "::" in nm else ""
-                        o = Owner(nm.rsplit("::", 1)[-1], "func", templ, s0, pos, -1, kernel, dev_only,
-                                  qual=qual, parent=enclosing_class(), line=sc.line_of(s0), ns=namespace())
-                        o.head_words = tuple(sorted(set(_MACRO_WORD.findall(stripped[: stripped.find("(")]))))
-                        owners.append(o)
-            stack.append((kind, idx))
-            head_start = pos + 1
-            continue
-        # '}'
-        if not stack:
-            head_start = pos + 1
-            continue
-        kind, idx = stack.pop()
-        if idx >= 0 and owners[idx].end < 0:
-            owners[idx].end = pos + 1
-        elif idx <= -3 and ns_names[-3 - idx]:
-            st.namespaces.append((ns_starts[-3 - idx], pos + 1))
+            self.next_cond = next(self.ev_iter, None)
+
+    def semicolon(self, pos: int) -> None:
+        """A ';' at declaration scope ends a head; a `using` or `typedef` alias becomes an owner."""
+        if not self.in_declarations():
+            return
+        stmt = self.body[self.head_start:pos]
+        if _paren_balance(stmt) > 0:
+            return  # inside parentheses of a declaration (e.g. a lambda default)
+        if "using" in stmt or "typedef" in stmt:
+            alias = _ALIAS.match(stmt)
+            tdef = None if alias else _TYPEDEF.match(stmt)
+            if alias or tdef:
+                nm = alias.group(1) if alias else tdef.group(1)
+                st_off = self.head_start + (len(stmt) - len(stmt.lstrip()))
+                self.owners.append(
+                    Owner(nm, "alias", bool(alias and alias.group(0).lstrip().startswith("template")),
+                          st_off, st_off, pos + 1, parent=self.enclosing_class(), line=self.sc.line_of(st_off),
+                          ns=self.namespace())
+                )
+        self.head_start = pos + 1
+
+    def open_brace(self, pos: int) -> None:
+        """A '{': push the scope it opens; at declaration scope its head may make an owner."""
+        if not self.in_declarations():
+            self.stack.append((BLOCK, -1))
+            return
+        head = self.body[self.head_start:pos]
+        if _paren_balance(head) > 0:
+            self.stack.append((BLOCK, -2))  # a brace inside a declaration's parentheses
+            return
+        scope = self._scope_of(head, pos)
+        self.stack.append(scope)
+        if scope[1] != -2:
+            self.head_start = pos + 1
+
+    def _scope_of(self, head: str, pos: int) -> tuple[str, int]:
+        """(kind, index) of the scope a declaration head opens at pos, its owner appended."""
+        stripped, templ = _strip_template_clause(head)
+        stripped = stripped.strip()
+        if "namespace" in stripped and re.search(r"\bnamespace\b", stripped) or _EXTERN_C.match(stripped):
+            return NS, self._open_namespace(stripped, pos)
+        if "enum" in stripped and re.search(r"\benum\b", stripped):
+            return BLOCK, -1
+        cm = _CLASS_KW.match(stripped) if ("struct" in stripped or "class" in stripped or "union" in stripped) else None
+        if cm and "(" not in stripped[: cm.start(1)]:
+            s0 = self.head_start + (len(head) - len(head.lstrip()))
+            self.owners.append(Owner(_class_name(cm.group(2)).rsplit("::", 1)[-1], "class", templ, s0, pos, -1,
+                                     parent=self.enclosing_class(), line=self.sc.line_of(s0), ns=self.namespace()))
+            return CLASS, len(self.owners) - 1
+        if "=" in stripped and "operator" not in stripped and _top_level_char(stripped) >= 0:
+            return BLOCK, -1  # brace initialiser
+        if "(" in stripped:
+            close = stripped.rfind(")")
+            after = stripped[close + 1 :] if close >= 0 else ""
+            if _CTOR_INIT.search(after) and _ENDS_MEMBER_INIT.search(stripped) and not _ENDS_QUALIFIER.search(stripped):
+                return BLOCK, -2  # `: a_(x), b_{y}` member brace-initialiser
+            nm = _function_name(stripped)
+            if nm:
+                self._add_function(nm, stripped, head, pos, templ)
+                return FUNC, len(self.owners) - 1
+        return BLOCK, -1
+
+    def _open_namespace(self, stripped: str, pos: int) -> int:
+        """Record a namespace (or extern "C") opened at pos; its stack index (-3 - i)."""
+        idx = -3 - len(self.ns_names)
+        self.ns_starts.append(pos)
+        nm = _NAMESPACE.search(stripped)
+        if nm is None:  # extern "C", or a head not read here ("?" says so)
+            self.ns_names.append("" if _EXTERN_C.match(stripped) else "?")
+        else:
+            self.ns_names.append(re.sub(r"\s+", "", nm.group(2)) if nm.group(2) and not nm.group(1) else "")
+        return idx
+
+    def _add_function(self, nm: str, stripped: str, head: str, pos: int, templ: bool) -> None:
+        """Append the function owner named nm whose body opens at pos."""
+        s0 = self.head_start + (len(head) - len(head.lstrip()))
+        words = set(_DUNDER.findall(stripped))
+        kernel = "__global__" in words
+        dev_only = "__device__" in words and "__host__" not in words and not kernel
+        qual = nm.rsplit("::", 1)[0] if "::" in nm else ""
+        o = Owner(nm.rsplit("::", 1)[-1], "func", templ, s0, pos, -1, kernel, dev_only,
+                  qual=qual, parent=self.enclosing_class(), line=self.sc.line_of(s0), ns=self.namespace())
+        o.head_words = tuple(sorted(set(_MACRO_WORD.findall(stripped[: stripped.find("(")]))))
+        self.owners.append(o)
+
+    def close_brace(self, pos: int) -> None:
+        """A '}': pop its scope, ending its owner or recording its named namespace."""
+        if not self.stack:
+            self.head_start = pos + 1
+            return
+        _kind, idx = self.stack.pop()
+        if idx >= 0 and self.owners[idx].end < 0:
+            self.owners[idx].end = pos + 1
+        elif idx <= -3 and self.ns_names[-3 - idx]:
+            self.st.namespaces.append((self.ns_starts[-3 - idx], pos + 1))
         if idx != -2:
-            head_start = pos + 1
-    for o in owners:
-        if o.end < 0:  # unterminated (truncated file or unmatched braces)
-            o.end = len(body)
-    top_candidates = sorted((o.start, o.end, i) for i, o in enumerate(owners) if o.parent < 0)
-    top: list[tuple[int, int, int]] = []
-    last_end = -1
-    for s0, e, i in top_candidates:
-        if s0 >= last_end:
-            top.append((s0, e, i))
-            last_end = e
-    st.top = top
-    st.funcs = sorted((o.start, o.end, i) for i, o in enumerate(owners) if o.kind == "func")
-    return st
+            self.head_start = pos + 1
+
+    def finish(self) -> Structure:
+        """End unterminated owners at the file's end; list the outermost owners and the functions."""
+        st, owners = self.st, self.owners
+        for o in owners:
+            if o.end < 0:  # unterminated (truncated file or unmatched braces)
+                o.end = len(self.body)
+        top_candidates = sorted((o.start, o.end, i) for i, o in enumerate(owners) if o.parent < 0)
+        top: list[tuple[int, int, int]] = []
+        last_end = -1
+        for s0, e, i in top_candidates:
+            if s0 >= last_end:
+                top.append((s0, e, i))
+                last_end = e
+        st.top = top
+        st.funcs = sorted((o.start, o.end, i) for i, o in enumerate(owners) if o.kind == "func")
+        return st
 
 
 _ALIAS = re.compile(r"\s*(?:template\s*<.*?>\s*)?using\s+([A-Za-z_]\w*)\s*=", re.S)
