@@ -539,6 +539,7 @@ class ConstEval:
 
     # -------------------------------------------------------------- expressions
     def eval(self, ctx: Ctx, n: N | None, env: dict | None = None, depth: int = 0):
+        """The value of expression n in module ctx with locals env (Unknown when not known)."""
         env = env or {}
         if n is None:
             return None
@@ -555,42 +556,9 @@ class ConstEval:
         if k == "fstring":
             return self._fstring(ctx, n, env, depth)
         if k in ("list", "tuple", "set"):
-            out = []
-            for e in n.f["elts"]:
-                e = unstar(e)
-                if e.k == "starred":
-                    v = self.eval(ctx, e.f["value"], env, depth + 1)
-                    if isinstance(v, (list, tuple)):
-                        out.extend(v)
-                    elif isinstance(v, (Alt, Some)):
-                        out.append(v)  # spread later by the caller (one of several lists, some items)
-                    else:
-                        out.append(v if isinstance(v, Unknown) else Unknown("starred", _short(ctx, e)))
-                else:
-                    out.append(self.eval(ctx, e, env, depth + 1))
-            return tuple(out) if k == "tuple" else out
+            return self._sequence(ctx, n, env, depth)
         if k == "dict":
-            d = {}
-            for kk, vv in n.f["pairs"]:
-                if kk is None:
-                    # `{**a, **b}`: merged in order, for each option of a splatted Alt
-                    sv = self.eval(ctx, vv, env, depth + 1)
-                    d = self._spread(lambda base, x: {**base, **x} if isinstance(x, dict) else x if isinstance(x, Unknown) else
-                                     Unknown("type-error", "** of a non-mapping") if _plain(x) or isinstance(x, (list, tuple))
-                                     else Unknown("dict-splat", _short(ctx, n)), d, sv)
-                    if not isinstance(d, (dict, Alt)):
-                        return d
-                    continue
-                kv = self.eval(ctx, kk, env, depth + 1)
-                if isinstance(kv, (Unknown, Alt, list, dict)):
-                    return Unknown("dict-key", _short(ctx, kk))
-                key = kv if not isinstance(kv, PathV) else kv.path
-                val = self.eval(ctx, vv, env, depth + 1)
-                if isinstance(d, Alt):  # keys after a splat of one of several dicts
-                    d = self._spread(lambda x: {**x, key: val}, d)
-                else:
-                    d[key] = val
-            return d
+            return self._dict(ctx, n, env, depth)
         if k == "comp":
             return self._comp(ctx, n, env, depth)
         if k == "attr":
@@ -598,49 +566,101 @@ class ConstEval:
         if k == "binop":
             return self._binop(n.f["op"], self.eval(ctx, n.f["left"], env, depth + 1), self.eval(ctx, n.f["right"], env, depth + 1))
         if k == "subscript":
-            base = self.eval(ctx, n.f["value"], env, depth + 1)
-            if n.f["index"].k == "other":
-                # a slice: constant integer bounds only
-                m = _SLICE.fullmatch(_short(ctx, n.f["index"]))
-                if m is None:
-                    return Unknown("unsupported-subscript", _short(ctx, n))
-                sl = slice(*(int(x) if x else None for x in m.groups()))
-                return self._spread(lambda b: b[sl] if isinstance(b, (str, list, tuple)) else
-                                    b if isinstance(b, Unknown) else Unknown("unsupported-subscript", _short(ctx, n)), base)
-            idx = self.eval(ctx, n.f["index"], env, depth + 1)
-            return self._spread(lambda b, i: self._subscript(b, i, ctx, n), base, idx)
+            return self._subscript_expr(ctx, n, env, depth)
         if k == "call":
             return self._call(ctx, n, env, depth)
         if k == "compare":
             return self._compare(ctx, n, env, depth)
         if k == "ifexp":
-            t = self.truth(ctx, n.f["test"], env, depth + 1)
-            if t is not None:
-                return self.eval(ctx, n.f["body" if t else "orelse"], env, depth + 1)
-            a = self.eval(ctx, n.f["body"], env, depth + 1)
-            b = self.eval(ctx, n.f["orelse"], env, depth + 1)
-            return alt((a, b))
+            return self._ifexp(ctx, n, env, depth)
         if k == "boolop":
-            # `x or default`, `x and y`: the value Python gives when the left side's truth is known
-            left = self.eval(ctx, n.f["left"], env, depth + 1)
-            keep = n.f["op"] == "or"  # an `or` keeps a true left side, an `and` a false one
-            right: list = []
-
-            def pick(x):
-                t = _truth(x)
-                if t is None:
-                    return Unknown("condition", _short(ctx, n))
-                if t == keep:
-                    return x
-                if not right:
-                    right.append(self.eval(ctx, n.f["right"], env, depth + 1))
-                return right[0]
-
-            return self._spread(pick, left)
+            return self._boolop(ctx, n, env, depth)
         if k == "not":
             t = self.truth(ctx, n.f["value"], env, depth + 1)
             return Unknown("condition", _short(ctx, n)) if t is None else not t
         return Unknown("unsupported-expression", _short(ctx, n))
+
+    def _sequence(self, ctx: Ctx, n: N, env: dict, depth: int):
+        """A list, tuple or set display (a set as a list); starred lists spread into it."""
+        out = []
+        for e in n.f["elts"]:
+            e = unstar(e)
+            if e.k == "starred":
+                v = self.eval(ctx, e.f["value"], env, depth + 1)
+                if isinstance(v, (list, tuple)):
+                    out.extend(v)
+                elif isinstance(v, (Alt, Some)):
+                    out.append(v)  # spread later by the caller (one of several lists, some items)
+                else:
+                    out.append(v if isinstance(v, Unknown) else Unknown("starred", _short(ctx, e)))
+            else:
+                out.append(self.eval(ctx, e, env, depth + 1))
+        return tuple(out) if n.k == "tuple" else out
+
+    def _dict(self, ctx: Ctx, n: N, env: dict, depth: int):
+        """A dict display; `**` entries merged in order (an Alt of dicts when one is one of several)."""
+        d = {}
+        for kk, vv in n.f["pairs"]:
+            if kk is None:
+                # `{**a, **b}`: merged in order, for each option of a splatted Alt
+                sv = self.eval(ctx, vv, env, depth + 1)
+                d = self._spread(lambda base, x: {**base, **x} if isinstance(x, dict) else x if isinstance(x, Unknown) else
+                                 Unknown("type-error", "** of a non-mapping") if _plain(x) or isinstance(x, (list, tuple))
+                                 else Unknown("dict-splat", _short(ctx, n)), d, sv)
+                if not isinstance(d, (dict, Alt)):
+                    return d
+                continue
+            kv = self.eval(ctx, kk, env, depth + 1)
+            if isinstance(kv, (Unknown, Alt, list, dict)):
+                return Unknown("dict-key", _short(ctx, kk))
+            key = kv if not isinstance(kv, PathV) else kv.path
+            val = self.eval(ctx, vv, env, depth + 1)
+            if isinstance(d, Alt):  # keys after a splat of one of several dicts
+                d = self._spread(lambda x: {**x, key: val}, d)
+            else:
+                d[key] = val
+        return d
+
+    def _subscript_expr(self, ctx: Ctx, n: N, env: dict, depth: int):
+        """`value[index]`, or `value[a:b]` with constant integer bounds."""
+        base = self.eval(ctx, n.f["value"], env, depth + 1)
+        if n.f["index"].k == "other":
+            # a slice: constant integer bounds only
+            m = _SLICE.fullmatch(_short(ctx, n.f["index"]))
+            if m is None:
+                return Unknown("unsupported-subscript", _short(ctx, n))
+            sl = slice(*(int(x) if x else None for x in m.groups()))
+            return self._spread(lambda b: b[sl] if isinstance(b, (str, list, tuple)) else
+                                b if isinstance(b, Unknown) else Unknown("unsupported-subscript", _short(ctx, n)), base)
+        idx = self.eval(ctx, n.f["index"], env, depth + 1)
+        return self._spread(lambda b, i: self._subscript(b, i, ctx, n), base, idx)
+
+    def _ifexp(self, ctx: Ctx, n: N, env: dict, depth: int):
+        """`body if test else orelse`: one side when the test is known, else either."""
+        t = self.truth(ctx, n.f["test"], env, depth + 1)
+        if t is not None:
+            return self.eval(ctx, n.f["body" if t else "orelse"], env, depth + 1)
+        a = self.eval(ctx, n.f["body"], env, depth + 1)
+        b = self.eval(ctx, n.f["orelse"], env, depth + 1)
+        return alt((a, b))
+
+    def _boolop(self, ctx: Ctx, n: N, env: dict, depth: int):
+        """`x or default`, `x and y`: the value Python gives when the left side's truth is known."""
+        left = self.eval(ctx, n.f["left"], env, depth + 1)
+        keep = n.f["op"] == "or"  # an `or` keeps a true left side, an `and` a false one
+        right: list = []
+
+        def pick(x):
+            t = _truth(x)
+            if t is None:
+                return Unknown("condition", _short(ctx, n))
+            if t == keep:
+                return x
+            if not right:
+                right.append(self.eval(ctx, n.f["right"], env, depth + 1))
+            return right[0]
+
+        return self._spread(pick, left)
 
     def truth(self, ctx: Ctx, n: N, env: dict, depth: int):
         """Whether a condition holds: True, False, or None when that is not known (`and`/`or`
