@@ -235,6 +235,21 @@ _LOOP = object()
 _TOO_LONG = object()
 
 
+@dataclass
+class _WalkState:
+    """What DirSource._walk gathers as it goes."""
+
+    rootp: str  # the root's path with a trailing separator
+    stack: list  # (relative path, path) of the directories still to walk
+    out: list = field(default_factory=list)  # the files listed (relative paths)
+    seen_dirs: set = field(default_factory=set)  # (st_dev, st_ino) of the directories walked
+    chains: dict = field(default_factory=dict)  # see DirSource._chain_target
+    linked: dict = field(default_factory=dict)  # listed path of a symlinked file -> its real path
+    # a directory symlink to another directory of the tree -> that directory's path: its files
+    # are listed once, under their real paths (the walk reaches every real directory itself)
+    dir_links: dict = field(default_factory=dict)
+
+
 class DirSource(Source):
     def __init__(self, root: Path):
         super().__init__()
@@ -292,107 +307,133 @@ class DirSource(Source):
         return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
 
     def _walk(self) -> list[str]:
-        out: list[str] = []
+        """The regular files under the root (relative paths, sorted, one path per real file);
+        what is skipped on the way (loops, links outside, unreadable entries) is noted."""
         root = self.root
-        seen_dirs: set[tuple[int, int]] = set()
-        chains: dict = {}  # see _chain_target
-        linked: dict[str, str] = {}  # listed path of a symlinked file -> its real path
-        # a directory symlink to another directory of the tree -> that directory's path: its files
-        # are listed once, under their real paths (the walk reaches every real directory itself)
-        dir_links: dict[str, str] = {}
-        rootp = str(root).rstrip(os.sep) + os.sep
-        stack = [("", root)]
-        while stack:
-            rel, d = stack.pop()
-            try:
-                st = os.stat(d)
-                dreal = os.path.realpath(d)
-            except OSError as e:
-                self.diag(rel or ".", "unreadable", f"cannot stat directory: {e.strerror}")
+        w = _WalkState(str(root).rstrip(os.sep) + os.sep, [("", root)])
+        while w.stack:
+            rel, d = w.stack.pop()
+            listed = self._list_dir(rel, d, w.seen_dirs)
+            if listed is None:
                 continue
-            key = (st.st_dev, st.st_ino)
-            if key in seen_dirs:
-                self.diag(rel, "symlink-loop", "directory reached twice through symlinks; skipped")
-                continue
-            seen_dirs.add(key)
-            try:
-                entries = sorted(os.scandir(d), key=lambda e: e.name)
-            except OSError as e:
-                self.diag(rel or ".", "unreadable", f"cannot list directory: {e.strerror}")
-                continue
+            dreal, entries = listed
             for e in entries:
-                if e.name in ("__pycache__", ".git"):
-                    continue
-                try:
-                    e.name.encode("utf-8")
-                except UnicodeEncodeError:  # undecodable bytes in the name (surrogate escapes)
-                    shown = os.fsencode(e.name).decode("utf-8", "backslashreplace")
-                    self.diag(f"{rel}/{shown}" if rel else shown, "bad-filename",
-                              "file name is not valid UTF-8; not read")
-                    continue
-                erel = f"{rel}/{e.name}" if rel else e.name
-                try:
-                    real = None
-                    if e.is_symlink():
-                        try:
-                            target_st = os.stat(e.path)
-                            real = os.path.realpath(e.path)
-                        except OSError as err:
-                            if err.errno == errno.ELOOP:
-                                # a loop, or a chain longer than the kernel follows (40 links)
-                                real = self._chain_target(e.path, chains)
-                                if real is _LOOP:
-                                    self.diag(erel, "symlink-loop", "symlink resolves to itself (loop); not followed")
-                                    continue
-                                if real is _TOO_LONG:
-                                    self.diag(erel, "symlink-chain",
-                                              f"chain of more than {MAX_SYMLINK_CHAIN} symlinks; not followed")
-                                    continue
-                            if real is None:
-                                if err.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
-                                    self.diag(erel, "dangling-symlink", "symlink target does not exist")
-                                else:
-                                    self.diag(erel, "unreadable", f"cannot follow symlink: {err.strerror}")
-                                continue
-                            target_st = os.stat(real)
-                        if not self._inside(real):
-                            self.diag(erel, "symlink-outside", "symlink points outside the scan root; not followed")
-                            continue
-                        is_dir, is_file = stat.S_ISDIR(target_st.st_mode), stat.S_ISREG(target_st.st_mode)
-                    else:
-                        is_dir, is_file = e.is_dir(), e.is_file()
-                    if is_dir and real is not None:
-                        # a link to this directory or one enclosing it: a loop, never followed. One
-                        # to another directory of the tree: an alias of it, not walked again; the
-                        # walk lists that directory under its own path (unless it is one the walk
-                        # skips, __pycache__ or .git: then this link is the way in)
-                        if dreal == real or dreal.startswith(real.rstrip(os.sep) + os.sep):
-                            self.diag(erel, "symlink-loop", "directory symlink to an enclosing directory (loop); "
-                                      "not followed")
-                            continue
-                        target = real[len(rootp):].replace(os.sep, "/") if real.startswith(rootp) else ""
-                        if target and not {"__pycache__", ".git"} & set(target.split("/")):
-                            self._dirs.add(erel)
-                            dir_links[erel] = target
-                            continue
-                    if is_dir:
-                        if e.name.endswith(PY_EXT + CUDA_EXT):
-                            self.diag(erel, "not-a-file", "a directory named like a source file; not read as one",
-                                      severity="note")
-                        self._dirs.add(erel)
-                        stack.append((erel, Path(real) if real is not None else Path(e.path)))
-                    elif is_file:
-                        out.append(erel)
-                        if real is not None:
-                            linked[erel] = real
-                    else:
-                        self.diag(erel, "not-a-file", "special file (FIFO, socket or device); not read")
-                except OSError as err:
-                    self.diag(erel, "unreadable", f"cannot stat: {err.strerror}")
-        out.sort()
-        kept = self._one_path_per_file(out, linked)
-        self._alias_directories(kept, dir_links)
+                self._visit(e, rel, dreal, w)
+        w.out.sort()
+        kept = self._one_path_per_file(w.out, w.linked)
+        self._alias_directories(kept, w.dir_links)
         return kept
+
+    def _list_dir(self, rel: str, d: Path, seen_dirs: set[tuple[int, int]]):
+        """(real path, entries sorted by name) of directory d, or None when it cannot be read or
+        was reached before."""
+        try:
+            st = os.stat(d)
+            dreal = os.path.realpath(d)
+        except OSError as e:
+            self.diag(rel or ".", "unreadable", f"cannot stat directory: {e.strerror}")
+            return None
+        key = (st.st_dev, st.st_ino)
+        if key in seen_dirs:
+            self.diag(rel, "symlink-loop", "directory reached twice through symlinks; skipped")
+            return None
+        seen_dirs.add(key)
+        try:
+            return dreal, sorted(os.scandir(d), key=lambda e: e.name)
+        except OSError as e:
+            self.diag(rel or ".", "unreadable", f"cannot list directory: {e.strerror}")
+            return None
+
+    def _visit(self, e: os.DirEntry, rel: str, dreal: str, w: _WalkState) -> None:
+        """One directory entry: skipped, listed as a file, or queued as a directory."""
+        if e.name in ("__pycache__", ".git"):
+            return
+        try:
+            e.name.encode("utf-8")
+        except UnicodeEncodeError:  # undecodable bytes in the name (surrogate escapes)
+            shown = os.fsencode(e.name).decode("utf-8", "backslashreplace")
+            self.diag(f"{rel}/{shown}" if rel else shown, "bad-filename",
+                      "file name is not valid UTF-8; not read")
+            return
+        erel = f"{rel}/{e.name}" if rel else e.name
+        try:
+            self._visit_entry(e, erel, dreal, w)
+        except OSError as err:
+            self.diag(erel, "unreadable", f"cannot stat: {err.strerror}")
+
+    def _visit_entry(self, e: os.DirEntry, erel: str, dreal: str, w: _WalkState) -> None:
+        """Sort an entry with a readable name: a symlink is followed first (when it may be)."""
+        real = None
+        if e.is_symlink():
+            followed = self._follow_link(e, erel, w.chains)
+            if followed is None:
+                return
+            real, target_st = followed
+            is_dir, is_file = stat.S_ISDIR(target_st.st_mode), stat.S_ISREG(target_st.st_mode)
+        else:
+            is_dir, is_file = e.is_dir(), e.is_file()
+        if is_dir and real is not None and self._directory_link(erel, real, dreal, w):
+            return
+        if is_dir:
+            if e.name.endswith(PY_EXT + CUDA_EXT):
+                self.diag(erel, "not-a-file", "a directory named like a source file; not read as one",
+                          severity="note")
+            self._dirs.add(erel)
+            w.stack.append((erel, Path(real) if real is not None else Path(e.path)))
+        elif is_file:
+            w.out.append(erel)
+            if real is not None:
+                w.linked[erel] = real
+        else:
+            self.diag(erel, "not-a-file", "special file (FIFO, socket or device); not read")
+
+    def _follow_link(self, e: os.DirEntry, erel: str, chains: dict):
+        """(real path, stat of the target) of a symlink inside the root, or None (noted) when it
+        loops, dangles, is too long a chain or points outside the root."""
+        real = None
+        try:
+            target_st = os.stat(e.path)
+            real = os.path.realpath(e.path)
+        except OSError as err:
+            if err.errno == errno.ELOOP:
+                # a loop, or a chain longer than the kernel follows (40 links)
+                real = self._chain_target(e.path, chains)
+                if real is _LOOP:
+                    self.diag(erel, "symlink-loop", "symlink resolves to itself (loop); not followed")
+                    return None
+                if real is _TOO_LONG:
+                    self.diag(erel, "symlink-chain",
+                              f"chain of more than {MAX_SYMLINK_CHAIN} symlinks; not followed")
+                    return None
+            if real is None:
+                if err.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+                    self.diag(erel, "dangling-symlink", "symlink target does not exist")
+                else:
+                    self.diag(erel, "unreadable", f"cannot follow symlink: {err.strerror}")
+                return None
+            target_st = os.stat(real)
+        if not self._inside(real):
+            self.diag(erel, "symlink-outside", "symlink points outside the scan root; not followed")
+            return None
+        return real, target_st
+
+    def _directory_link(self, erel: str, real: str, dreal: str, w: _WalkState) -> bool:
+        """Whether a symlinked directory is not walked: a loop (noted), or an alias of another
+        directory of the tree (recorded in w.dir_links)."""
+        # a link to this directory or one enclosing it: a loop, never followed. One to another
+        # directory of the tree: an alias of it, not walked again; the walk lists that directory
+        # under its own path (unless it is one the walk skips, __pycache__ or .git: then this
+        # link is the way in)
+        if dreal == real or dreal.startswith(real.rstrip(os.sep) + os.sep):
+            self.diag(erel, "symlink-loop", "directory symlink to an enclosing directory (loop); "
+                      "not followed")
+            return True
+        target = real[len(w.rootp):].replace(os.sep, "/") if real.startswith(w.rootp) else ""
+        if target and not {"__pycache__", ".git"} & set(target.split("/")):
+            self._dirs.add(erel)
+            w.dir_links[erel] = target
+            return True
+        return False
 
     def _alias_directories(self, files: list[str], dir_links: dict[str, str]) -> None:
         """Each file under a directory some symlinks alias is readable (an import or #include
