@@ -252,29 +252,41 @@ class JitModel:
         env = env or {}
         m = JitModule(key=site.key, name="?", name_resolved=False, rule=rule.id, kind=rule.kind,
                       path=ctx.mod.path, line=call.line, function=ctx.qualname)
-        # name
+        self._module_name(m, ctx, call, rule, env)
+        self._module_sources(m, ctx, call, rule, env, callers or [])
+        self._split_alternatives(m)
+        self._arch_flags(m, ctx, call, rule)
+        self._compile_flags(site, rule, m, env)
+        return m
+
+    def _module_name(self, m: JitModule, ctx, call, rule, env: dict) -> None:
+        """The module's name from the call's name arguments (joined by "_"), or a pattern of it
+        and why it is not constant."""
         names = self._arg(call, rule.name)
         if not names:
             m.unresolved.append(("name", "no name argument"))
-        else:
-            vals = [self.ce.eval(ctx, n, env) for n in names]
-            if all(isinstance(v, str) for v in vals):
-                m.name, m.name_resolved = "_".join(vals), True
+            return
+        vals = [self.ce.eval(ctx, n, env) for n in names]
+        if all(isinstance(v, str) for v in vals):
+            m.name, m.name_resolved = "_".join(vals), True
+            return
+        parts = []
+        for n, v in zip(names, vals):
+            if isinstance(v, str):
+                parts.append(v)
+            elif isinstance(v, Unknown) and v.pattern:
+                parts.append(v.pattern)
+            elif isinstance(v, Alt) and all(isinstance(o, str) for o in v.options):
+                parts.append("{" + "|".join(sorted(set(v.options))) + "}")
             else:
-                parts = []
-                for n, v in zip(names, vals):
-                    if isinstance(v, str):
-                        parts.append(v)
-                    elif isinstance(v, Unknown) and v.pattern:
-                        parts.append(v.pattern)
-                    elif isinstance(v, Alt) and all(isinstance(o, str) for o in v.options):
-                        parts.append("{" + "|".join(sorted(set(v.options))) + "}")
-                    else:
-                        parts.append("{" + _text(ctx, n) + "}")
-                m.name = "_".join(parts)
-                why = next((v for v in vals if isinstance(v, Unknown)), None)
-                m.unresolved.append(("name", f"not constant: {why}" if why else "one of several values"))
-        # sources
+                parts.append("{" + _text(ctx, n) + "}")
+        m.name = "_".join(parts)
+        why = next((v for v in vals if isinstance(v, Unknown)), None)
+        m.unresolved.append(("name", f"not constant: {why}" if why else "one of several values"))
+
+    def _module_sources(self, m: JitModule, ctx, call, rule, env: dict, callers: list) -> None:
+        """The module's source files: inline texts, files found, written before the call or
+        rendered from templates; what cannot be resolved is noted in m.unresolved."""
         srcs = self._arg(call, rule.sources)
         inline = self._arg(call, rule.inline_sources)
         for n in inline:
@@ -293,7 +305,7 @@ class JitModel:
                 sf = self._source(item, rule.source_root)
                 if sf.status in ("unresolved", "missing"):
                     if written is None:
-                        written = self._written(ctx, call, env, callers or [])
+                        written = self._written(ctx, call, env, callers)
                     got = _written_from(sf, item, written)
                     if got:
                         m.sources.extend(got)
@@ -308,6 +320,11 @@ class JitModel:
                 m.sources.append(sf)
         if dest_dirs:
             m.include_aliases = _generated_includes(written, dest_dirs, {k for sf in m.sources for k in [sf.text]})
+
+    @staticmethod
+    def _split_alternatives(m: JitModule) -> None:
+        """Move missing candidates of a file found elsewhere to m.alternatives; note the sources
+        left unresolved."""
         # `_source_dir()` returning an installed or a checkout directory: a candidate that does not
         # exist is not a missing source when the same file resolves through another candidate
         found = {sf.path.rsplit("/", 1)[-1] for sf in m.sources if sf.status == "resolved"}
@@ -317,21 +334,21 @@ class JitModel:
         for sf in m.sources:
             if sf.status in ("unresolved", "missing", "outside") or (sf.status == "generated" and not sf.path):
                 m.unresolved.append((f"sources-{sf.status}", f"{sf.text}: {sf.reason}"))
-        # flags
+
+    def _arch_flags(self, m: JitModule, ctx, call, rule) -> None:
+        """Where the module's CUDA architecture flags come from (the call's extra CUDA flags)."""
         fl = self._arg(call, rule.cuda_flags)
         if not rule.cuda_flags:
-            pass
-        elif not fl:
+            return
+        if not fl:
             m.flags.append(FlagSource("default", ctx.mod.path, call.line, "no extra_cuda_cflags: the JIT's default architectures", how="absent"))
-        else:
-            found: list[FlagSource] = []
-            for n in fl:
-                self._flags(ctx, n, found, 0, set())
-            if not any(f.kind in ("arch-list", "hard-coded", "unresolved") for f in found):
-                found.append(FlagSource("no-arch", ctx.mod.path, fl[0].line, _text(ctx, fl[0]), how="no architecture flag found"))
-            m.flags.extend(_dedup(found))
-        self._compile_flags(site, rule, m, env)
-        return m
+            return
+        found: list[FlagSource] = []
+        for n in fl:
+            self._flags(ctx, n, found, 0, set())
+        if not any(f.kind in ("arch-list", "hard-coded", "unresolved") for f in found):
+            found.append(FlagSource("no-arch", ctx.mod.path, fl[0].line, _text(ctx, fl[0]), how="no architecture flag found"))
+        m.flags.extend(_dedup(found))
 
     def _own_defines(self, sink_def: str, local: str) -> dict[str, str]:
         """-D flags the sink's definition always passes (flashinfer's gen_jit_spec adds
