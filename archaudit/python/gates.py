@@ -43,6 +43,9 @@ MAX_MODULE_FUNCTIONS = 1_000
 # The same for the whole scan (that pair: 5,268), so that many modules each under their own
 # bound still end; the modules after it is spent are not evaluated (and not parsed for it).
 MAX_SCAN_FUNCTIONS = 25_000
+# Gate rounds at most: each round follows the names the previous one found to carry an
+# architecture dependence to their users; a chain of names longer than this is not followed.
+MAX_GATE_ROUNDS = 8
 
 TRIGGER_ALTERNATIVES = (
     rb"is_sm\d", rb"has_sm\d", b"device_capability", b"compute_capability", b"cuda_capability", b"get_device_sm",
@@ -437,7 +440,7 @@ class _GateRounds:
                   if v in self.names or holds_trigger(v.encode("utf-8", "surrogatepass"))}
         new = {n for n, _m in found
                if n not in self.names and len(n) > 3 and n.isidentifier() and not n.startswith("__")}
-        if not new or self.scan.rounds >= 8:
+        if not new or self.scan.rounds >= MAX_GATE_ROUNDS:
             return False
         self.names |= new
         self.names_b = {n.encode() for n in self.names}
