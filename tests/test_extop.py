@@ -26,7 +26,12 @@ def test_verdicts(result):
         ("modelpkg/moe.py", 22): "unresolved",  # and _C.mega_moe, an op of opspkg's _C
         ("modelpkg/moe.py", 29): "unresolved",  # and getattr(torch.ops.opspkg, name)
         ("modelpkg/moe.py", 36): "unresolved",  # and opspkg.fused_gather, from its __getattr__
+        # MpiComm's __getattr__ hands names to mpi4py's communicator (or one its caller sets): host code
+        ("modelpkg/moe.py", 43): "software-only",
+        # OpsProxy's hands them to opspkg._C, assigned on first use: the op torch.ops.opspkg.gather
+        ("modelpkg/moe.py", 52): "unresolved",
     }
+    assert "torch.ops.opspkg.gather: registered by opspkg/_C.abi3.so" in got[("modelpkg/moe.py", 52)][1]
     assert got[("modelpkg/moe.py", 22)][1].startswith(
         "prep: every source builds for sm_120f; torch.ops.opspkg.mega_moe: registered by opspkg/_C.abi3.so "
         "(TORCH_LIBRARY_init_opspkg)")
@@ -42,6 +47,13 @@ def test_getattr_forwarding_to_torch_ops_resolves_to_the_op():
     calls = {c.callee for c in a.graph.expand("opspkg.mega_moe")}
     assert calls == {"torch.ops.opspkg.mega_moe"}
     assert {c.callee for c in a.graph.expand("opspkg.run_op")} == {"<builtin>.getattr", f"torch.ops.opspkg.{COMPUTED_OP}"}
+
+
+def test_getattr_forwarding_to_a_class_attribute_set_in_methods():
+    a = Analysis.open(ROOT)
+    assert {c.callee for c in a.graph.expand("modelpkg.moe.comm_forward")} >= {
+        "mpi4py.MPI.COMM_WORLD.Barrier", "<unresolved:unknown-receiver>"}
+    assert "torch.ops.opspkg.gather" in {c.callee for c in a.graph.expand("modelpkg.moe.proxy_forward")}
 
 
 def test_looked_up_name():

@@ -3,7 +3,7 @@ the gate's own function is evaluated, the call graph followed, the CUDA sources 
 import pytest
 
 from archaudit.verdict.explain import explain
-from archaudit.pipeline import run_with_big_stack
+from archaudit.pipeline import package_resolver, run_with_big_stack, scope_packages
 from archaudit.python.index import Index
 from archaudit.sources import open_source
 
@@ -14,6 +14,8 @@ def _explain(root, reg, site, target="sm_120"):
     src = open_source(root)
     files = src.files()
     idx = Index(src, [f for f in files if f.endswith(".py")], True)
+    # as the scan does: which packages hold GPU code, which are only read
+    scope_packages(src, files, idx, package_resolver(src, src.distributions()), None)
     path, line = site.rsplit(":", 1)
     (e,) = run_with_big_stack(lambda: explain(src, files, idx, reg, path, int(line), [reg.parse(target)], True))
     (f,) = e.findings

@@ -58,6 +58,11 @@ def unres(kind: str, detail: str = "") -> Ref:
     return Ref("unresolved", kind, (), frozenset(), detail)
 
 
+def _is_parameter(r: Ref) -> bool:
+    """A parameter's value (or an attribute of it): what the callers pass, an unknown receiver."""
+    return r.kind == "unresolved" and r.target == "unknown-receiver" and r.extra.startswith("parameter ")
+
+
 _LOOKED_UP = {
     "dynamic-attribute": re.compile(r"(?P<owner>[\w.]+)\.(?P<attr>\w+) via __getattr__"),
     "module-getattr": re.compile(r"(?P<owner>[\w.]+)\.(?P<attr>\w+) comes from a module __getattr__"),
@@ -1158,8 +1163,89 @@ class Resolver:
         refs = tuple(r for r in self.eval(fctx, look.f["args"][0], depth + 1)
                      if not (r.kind == "const" and r.target == "None"))
         if not refs or any(r.kind == "unresolved" for r in refs):
-            return None
+            return self._forward_class_attr(fctx, look.f["args"][0], depth)
         return refs
+
+    def _forward_class_attr(self, fctx: Ctx, e: N, depth: int) -> tuple | None:
+        """E of a `__getattr__` when E is an attribute of the instance or class (`self._comm`,
+        a class attribute set to None and assigned in a classmethod on first use): every value
+        any method of the class assigns to it (see _class_attr_values). A parameter's value
+        stays an unknown receiver, as a method called on a parameter does. None when a value is
+        not known or none is assigned."""
+        chain = self._self_chain(fctx, e)
+        if chain is None or fctx.cls is None:
+            return None
+        got = self._class_attr_values(fctx.cls, chain[0], depth, set())
+        for a in chain[1:]:
+            if got is None:
+                return None
+            got = self.attr(got, a, depth + 1)
+        if not got or any(r.kind == "unresolved" and not _is_parameter(r) for r in got):
+            return None
+        return got
+
+    @staticmethod
+    def _self_chain(fctx: Ctx, e: N) -> list[str] | None:
+        """`self.a.b` (or `cls.a.b` in a classmethod) -> ["a", "b"]; None for any other expression."""
+        names: list[str] = []
+        while e.k == "attr":
+            names.append(e.f["attr"])
+            e = e.f["value"]
+        own = (fctx.self_name or "").rsplit(":", 1)[-1]
+        if e.k != "name" or not own or e.f["id"] != own or not names:
+            return None
+        return names[::-1]
+
+    def _class_attr_values(self, cls: str, attr: str, depth: int, seen: set) -> tuple | None:
+        """The values the class `cls` and its scanned bases give the attribute `attr`: the class
+        bodies' bindings and each `self.attr = v`, `cls.attr = v` or `Class.attr = v` in their
+        methods (None dropped), a value that is itself such an attribute followed the same way
+        (a cycle adds nothing). None when a value is not known. Writes in subclasses are not seen."""
+        if (cls, attr) in seen:
+            return ()
+        if depth > MAX_DEPTH:
+            return None
+        seen.add((cls, attr))
+        out: list[Ref] = []
+        for c in self.mro(cls):
+            if c == _MRO_CUT:
+                return None
+            cctx = self.ctx(c) if not c.startswith("ext:") else None
+            if cctx is None or cctx.kind != "class":
+                continue
+            mem = self.members(c)
+            if attr in mem:
+                out.extend(self._eval_bindings(cctx, attr, mem[attr], depth + 1, local=False))
+            for mctx, value in self._attr_writes(cctx, attr):
+                chain = self._self_chain(mctx, value)
+                if chain is None:
+                    got: tuple | None = self.eval(mctx, value, depth + 1)
+                else:
+                    got = self._class_attr_values(cls, chain[0], depth + 1, seen)
+                    for a in chain[1:]:
+                        got = None if got is None else self.attr(got, a, depth + 1)
+                if got is None:
+                    return None
+                out.extend(got)
+        return _dedup(r for r in out if not (r.kind == "const" and r.target == "None"))
+
+    def _attr_writes(self, cctx: Ctx, attr: str) -> list[tuple[Ctx, N]]:
+        """(method, value) of each `self.attr = value`, `cls.attr = value` or `Class.attr = value`
+        in the methods of the class cctx."""
+        out = []
+        cname = cctx.qual.rsplit(".", 1)[-1]
+        for st in flatten_top(cctx.node.f["body"]):
+            if st.k != "def":
+                continue
+            mctx = self.ctx(f"{cctx.mod.name}.{cctx.qual}.{st.f['name']}")
+            if mctx is None:
+                continue
+            own = {cname} | ({mctx.self_name.rsplit(":", 1)[-1]} if mctx.self_name else set())
+            for s in iter_stmts(st.f["body"]):
+                if s.k == "assign" and any(t.k == "attr" and t.f["attr"] == attr and t.f["value"].k == "name"
+                                           and t.f["value"].f["id"] in own for t in s.f["targets"]):
+                    out.append((mctx, s.f["value"]))
+        return out
 
     def sink_key(self, ctx: Ctx, call: N) -> str:
         return f"{ctx.mod.path}:{call.line}:{call.col}"
