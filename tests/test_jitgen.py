@@ -111,6 +111,9 @@ EXPECTED_SM120 = {
                                  "instantiate: every kernel the module reaches is a stub on sm_120f"),
     # the config rendered beside the copied source is read from its template for the #include
     ("genlib/jit/gemm.py", 110): ("software-only", [], "config_user: every source builds for sm_120f"),
+    # the same with the flags passed in by the gate's function, whose returned spec a caller
+    # builds (genlib/ops.py): bound by the gate's own call of the builder, config include kept
+    ("genlib/jit/configflags.py", 24): ("software-only", [], "{uri}: every source builds for sm_120f"),
     ("genlib/jit/gemm.py", 97): ("unresolved", [], "inline_scale: source {GENLIB_WORKSPACE}/generated/inline/scale.cu is "
                                  "generated at build time: written at genlib/jit/gemm.py:96"),
     # binding.py: the text built in Python is one of two (the variant is a parameter here): not

@@ -442,7 +442,8 @@ class JitModel:
         out = JitModule(key=m.key, name=m.name, name_resolved=m.name_resolved, rule=m.rule, kind=m.kind, path=m.path,
                         line=m.line, function=m.function, sources=m.sources, flags=m.flags,
                         unresolved=[u for u in m.unresolved if not u[0].startswith(("flags-", "include-path"))],
-                        alternatives=m.alternatives)
+                        alternatives=m.alternatives, source_choices=m.source_choices,
+                        include_aliases=m.include_aliases)
         saved = self.fe.bound
         self.fe.bound = bound
         try:

@@ -1044,6 +1044,10 @@ def module_refs(analysis, mods) -> dict[str, ModuleRef]:
             x.kind == "jit-module" and (x.path, x.line) != (jm.path, jm.line))), None)
         if via is not None:
             jm = analysis.jit.flags_via(jm, *via) or jm
+        if jm is bm.module:
+            via = _builder_call_in_region(analysis, bm) or via
+            if via is not None:
+                jm = analysis.jit.flags_via(jm, *via) or jm
         sources, host, unresolved, notes = [], [], [], []
         texts = {s.path: s.content for s in jm.sources if s.status == "generated" and s.path and s.content is not None}
         for s in jm.sources:
@@ -1089,6 +1093,22 @@ def module_refs(analysis, mods) -> dict[str, ModuleRef]:
             # reached along several paths: the union of what they call, unknown beats known
             ref.entry_points = None if entry is None else ref.entry_points | entry
     return refs
+
+
+def _builder_call_in_region(analysis, bm: BehindModule) -> tuple[str, int] | None:
+    """For a chain that reaches the module through what the region's function returns (a
+    `caller-value` link right after the region: `return gen_x(..., extra_cuda_cflags=flags)`
+    built by a caller): the one
+    call of the module's builder function in the region's function, which made the returned
+    spec and binds its flags; None when there is not exactly one."""
+    if len(bm.chain) < 2 or bm.chain[0].kind != "region" or bm.chain[1].how != "caller-value":
+        return None
+    first = bm.chain[0]
+    site = analysis.site_at(first.path, first.line)
+    if site is None or not site.function:
+        return None
+    calls = {(c.path, c.line) for c in analysis.graph.expand(site.function) if c.callee == bm.module.function}
+    return calls.pop() if len(calls) == 1 else None
 
 
 def _behind_runtime_check(analysis, gate: Gate) -> Behind:
