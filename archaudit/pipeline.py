@@ -318,7 +318,9 @@ class _Helpers:
         parse_pool = index.parse_pool = ParsePool.start(source) if workers > 1 and facts else None
         # the C++ host-code checks need nothing from the Python side: another core reads them meanwhile
         runtime_checks = _RuntimeChecksJob.start(source, cpp_files) if workers > 1 else None
-        cuda = CudaWorker.start(source, inputs.files, inputs.py_files) if workers > 1 and inputs.targets and cpp_files else None
+        # and another process prepares the CUDA side of the verdicts
+        with_cuda = workers > 1 and inputs.targets and cpp_files
+        cuda = CudaWorker.start(source, inputs.files, inputs.py_files) if with_cuda else None
         return cls(parse_pool, runtime_checks, cuda)
 
     def stop_parsing(self, index: "Index") -> None:
