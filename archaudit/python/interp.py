@@ -717,8 +717,9 @@ class Interp:
         self.eval(st.f["value"], fr)
 
     def _s_assign(self, st: N, fr: Frame) -> None:
-        """Binds each target to the value; an assignment whose value depends on a dynamic
-        architecture read records that read per target name (fr.dyn), one that does not clears it."""
+        """Binds each target to the value. In a reported function, a value that came from lookups
+        by unread strings (see _unread_lookup) records them per target name (fr.dyn); any other
+        value clears that record."""
         if st.f["value"] is None:
             return
         self._via_stack.append(set())
