@@ -1,4 +1,4 @@
-"""The scan pipeline: sources -> Python index -> gates (-> later: CUDA, call graph, verdicts).
+"""The scan pipeline: sources -> Python index -> gates -> verdicts, each phase a function of `_scan`.
 
 Analyses never print; progress goes through the optional `progress` callback, called as
 progress(message) or progress(message, done, total).
@@ -142,121 +142,259 @@ def scan(path, targets: list[TargetRequest] | None = None, reg: Registry | None 
 
 
 def _scan(path, targets, reg, progress, cache, workers) -> ScanResult:
+    """The scan's phases: list the inputs; answer from the cache when they are unchanged (or
+    changed where it cannot matter); else index the Python files and start the helper processes,
+    find the Python gates and the C++ host-code gates, judge each gate for each target, gather
+    the diagnostics and counters, and store the result for the next scan."""
     reg = reg or registry()
     t0 = time.perf_counter()
     say = adapt_progress(progress)
     workers = default_workers() if workers is None else max(1, int(workers))
-    source = open_source(path)
-    say(f"listing {source.label}")
-    files = source.files()
-    dists = source.distributions()
-    py_files = [f for f in files if f.endswith(".py")]
-    root = str(path) if path is not None else source.label
-    targets = list(targets or [])
-    # the result depends on each target's compile variant too (-t sm_100f judges sm_100f builds,
-    # -t sm_100 what a JIT would pass): keyed by both, or a warm sm_100f scan answered for sm_100
-    tnames = sorted({t.gpu.name + (f"/{t.variant}" if t.variant else "") for t in targets})
-    store = _open_cache(cache)
-    fp = prev = rkey = None
-    info: dict = {"mode": "off"}
-    if store is not None:
-        rkey = run_key(source)
-        prev = store.get("run", rkey)
-        if not isinstance(prev, dict):
-            prev = None
-        fp = fingerprint(source, files, prev, workers, say)
-        info = {"mode": "miss", "hashed": fp.hashed, "reused": fp.reused}
-        key = fp.key(tnames)
-        payload = _payload(store.get("result", key))
-        mode = "hit"
-        if payload is None:
-            payload = _cutoff(source, fp, prev, store, tnames)
-            mode = "cutoff"
-        if payload is not None:
-            info["mode"] = mode
-            info["key"] = key  # what commands deriving their output from this result key it by (derived.py)
-            if mode == "cutoff":
-                store.put("result", key, payload)
-            if mode == "cutoff" or not _same_run(prev, fp, key, tnames):
-                _save_run(store, rkey, fp, key, tnames, payload)
-            info.update(store.stats())
-            stats = dict(payload["stats"], seconds=round(time.perf_counter() - t0, 3))
-            return ScanResult(root=root, packages=dists, gates=list(payload["gates"]),
-                              diagnostics=list(payload["diagnostics"]), targets=targets,
-                              findings=list(payload["findings"]), modules=list(payload["modules"]),
-                              stats=stats, cache=info)
-    # lazy: a cache hit imports no analysis
-    from .cuda.runtime_checks import scan_runtime_checks
-    from .python.gates import find_python_gates
-    from .python.index import Index
-
-    facts = fp.facts if fp is not None else None
-    if fp is None and workers > 1:
-        facts = _prefilter_facts(source, py_files, workers, say)
-    # in site-packages and wheels, a file's path is its module name (namespace packages included)
-    path_based = bool(dists) or isinstance(source, WheelSource)
-    index = Index(source, py_files, path_based=path_based)
-    index.ir_budget = IR_BUDGET if IR_BUDGET > 0 else None
-    index.byte_facts = facts
-    # forked first, while this process is small and has no other helper's threads; only when
-    # there is much to parse (the prefilter ran in worker processes: PARALLEL_MIN_BYTES)
-    parse_pool = index.parse_pool = ParsePool.start(source) if workers > 1 and facts else None
-    cpp_files = [f for f in files if f.endswith(CPP_SUFFIXES)]
-    # the C++ host-code checks need nothing from the Python side: another core reads them meanwhile
-    rc_job = _RuntimeChecksJob.start(source, cpp_files) if workers > 1 else None
-    # and another process prepares the CUDA side of the verdicts
-    cuda = CudaWorker.start(source, files, py_files) if workers > 1 and targets and cpp_files else None
-    pkg_of = package_resolver(source, dists)
-    scope_packages(source, files, index, pkg_of, facts)
-    say(f"evaluating Python gates in {len(py_files)} files")
-    try:
-        gscan = run_with_big_stack(
-            lambda: find_python_gates(source, index, reg, pkg_of, progress=say, facts=facts)
-        )
-    except BaseException:
-        if rc_job is not None:
-            rc_job.ex.shutdown(wait=False, cancel_futures=True)
-        if cuda is not None:
-            cuda.close()
-        raise
-    finally:  # only the gate rounds ask it for parses
-        if parse_pool is not None:
-            parse_pool.close()
-            index.parse_pool = None
+    inputs = _list_inputs(path, targets, say)
+    cached = _CacheState.open(cache)
+    reused = cached.look_up(inputs, workers, say, t0)
+    if reused is not None:
+        return reused
+    index, facts = _python_index(inputs, cached.fp, workers, say)
+    helpers = _Helpers.start(inputs, index, facts, workers)
+    scope_packages(inputs.source, inputs.files, index, inputs.package_of, facts)
+    gscan = _python_gates(inputs, index, helpers, reg, facts, say)
     # the gate scan's working set (shallow IR, bytes read to be passed over) is not what the
     # verdicts read: freed before they start
     say("releasing the gate scan's memory")
     index.release_shallow()
-    say("looking for architecture checks in C++ host code")
-    cpp_gates = rc_job.result() if rc_job is not None else None
-    if cpp_gates is None:
-        cpp_gates = scan_runtime_checks(SourceReader(source), cpp_files)
-    for g in cpp_gates:
-        g.package = pkg_of(g.path)
-    gates = sorted(gscan.gates + cpp_gates, key=Gate.sort_key)
-    findings: list[Finding] = []
-    patcher = None
-    tu_problems: list[Diagnostic] = []  # sources a JIT module compiles that nvcc would reject
-    not_evaluated: list = []  # gate x target pairs an earlier arm of the same if/elif serves
-    modules: list = []  # the JIT-module inventory (with targets)
+    gates = _with_host_gates(inputs, helpers, gscan.gates, say)
     # the IR memory bound is proven exact for the gate scan only (tests/test_perf.py); the call
     # graph and the patcher keep their own references to modules, so nothing is evicted now
     index.ir_budget = None
-    if targets:
-        # the function bodies the gate scan converted: the verdicts read few of them again, most
-        # of those in the modules that hold gates
-        gate_paths = {g.path for g in gates}
-        index.release_bodies(keep={m for m, p in index.path_of.items() if p in gate_paths})
-        try:
-            judged = run_with_big_stack(
-                lambda: judge_scan(source, files, index, gates, targets, reg, path_based, say, cuda, pkg_of))
-        finally:
-            if cuda is not None:
-                cuda.close()
-        findings, patcher, tu_problems, not_evaluated = (judged.findings, judged.patcher, judged.problems,
-                                                         judged.not_evaluated)
-        modules = judged.modules
+    judged = _judge(inputs, index, gates, reg, helpers, say) if inputs.targets else None
+    if judged is not None:
         gates = sorted(gates + judged.flag_gates, key=Gate.sort_key)
+    result = _result(inputs, index, gscan, gates, judged, cached.info, t0)
+    cached.store_result(inputs, result, gscan.names, reg)
+    return result
+
+
+@dataclass
+class _Inputs:
+    """What one scan reads, listed before anything is analysed: the source, its files (all, the
+    Python ones, the C/C++/CUDA ones), its distributions and the package of each path, the
+    targets, and the targets' names that key a stored result."""
+    source: Source
+    root: str
+    files: list[str]
+    py_files: list[str]
+    cpp_files: list[str]
+    dists: list[Distribution]
+    package_of: Callable[[str], str | None]
+    targets: list[TargetRequest]
+    tnames: list[str]
+
+    @property
+    def path_based(self) -> bool:
+        """In site-packages and wheels, a file's path is its module name (namespace packages
+        included)."""
+        return bool(self.dists) or isinstance(self.source, WheelSource)
+
+
+def _list_inputs(path, targets, say: Progress) -> _Inputs:
+    """Opens the source at path (SourceError when it cannot be read) and lists what the scan reads."""
+    source = open_source(path)
+    say(f"listing {source.label}")
+    files = source.files()
+    dists = source.distributions()
+    targets = list(targets or [])
+    # the result depends on each target's compile variant too (-t sm_100f judges sm_100f builds,
+    # -t sm_100 what a JIT would pass): keyed by both, or a warm sm_100f scan answered for sm_100
+    tnames = sorted({t.gpu.name + (f"/{t.variant}" if t.variant else "") for t in targets})
+    return _Inputs(source=source, root=str(path) if path is not None else source.label, files=files,
+                   py_files=[f for f in files if f.endswith(".py")],
+                   cpp_files=[f for f in files if f.endswith(CPP_SUFFIXES)],
+                   dists=dists, package_of=package_resolver(source, dists), targets=targets, tnames=tnames)
+
+
+@dataclass
+class _CacheState:
+    """The cache's part in one scan: the store (None without a cache), the inputs' fingerprint
+    and the previous run's record with its key (set by look_up), and `info`, how the result was
+    obtained (ScanResult.cache)."""
+    store: Cache | None
+    fp: Any = None
+    prev: dict | None = None
+    rkey: str | None = None
+    info: dict = field(default_factory=lambda: {"mode": "off"})
+
+    @classmethod
+    def open(cls, cache) -> "_CacheState":
+        """cache: a Cache, True for the default cache directory, None/False for none."""
+        return cls(_open_cache(cache))
+
+    def look_up(self, inputs: _Inputs, workers: int, say: Progress, t0: float) -> ScanResult | None:
+        """Fingerprints the inputs and gives the stored result when it still holds: stored for the
+        same inputs (a hit), or for inputs whose changes cannot affect it (an early cutoff, stored
+        now under the new key); None without a cache or when the scan must run."""
+        store = self.store
+        if store is None:
+            return None
+        self.rkey = run_key(inputs.source)
+        prev = store.get("run", self.rkey)
+        self.prev = prev if isinstance(prev, dict) else None
+        fp = self.fp = fingerprint(inputs.source, inputs.files, self.prev, workers, say)
+        self.info = {"mode": "miss", "hashed": fp.hashed, "reused": fp.reused}
+        key = fp.key(inputs.tnames)
+        payload = _payload(store.get("result", key))
+        mode = "hit"
+        if payload is None:
+            payload = _cutoff(inputs.source, fp, self.prev, store, inputs.tnames)
+            mode = "cutoff"
+        if payload is None:
+            return None
+        self.info["mode"] = mode
+        self.info["key"] = key  # what commands deriving their output from this result key it by (derived.py)
+        if mode == "cutoff":
+            store.put("result", key, payload)
+        if mode == "cutoff" or not _same_run(self.prev, fp, key, inputs.tnames):
+            _save_run(store, self.rkey, fp, key, inputs.tnames, payload)
+        self.info.update(store.stats())
+        stats = dict(payload["stats"], seconds=round(time.perf_counter() - t0, 3))
+        return ScanResult(root=inputs.root, packages=inputs.dists, gates=list(payload["gates"]),
+                          diagnostics=list(payload["diagnostics"]), targets=inputs.targets,
+                          findings=list(payload["findings"]), modules=list(payload["modules"]),
+                          stats=stats, cache=self.info)
+
+    def store_result(self, inputs: _Inputs, result: ScanResult, names, reg: Registry) -> None:
+        """Stores a computed result under the inputs' fingerprint, with the gate scan's names (what
+        an early cutoff compares) and the patch `archaudit patch` reads back (derived.py), unless
+        there is no cache or an input changed while the scan read it."""
+        store, fp = self.store, self.fp
+        if store is None or fp is None or not inputs_unchanged(inputs.source, fp):
+            return
+        payload = {"gates": result.gates, "diagnostics": result.diagnostics, "findings": result.findings,
+                   "modules": result.modules,
+                   "stats": {k: v for k, v in result.stats.items() if k != "seconds"}, "names": names}
+        key = fp.key(inputs.tnames)
+        if store.put("result", key, payload):
+            self.info["key"] = key
+            # lazy: a cache hit imports no analysis
+            from .derived import store_scan_patch
+
+            store_scan_patch(store, result, reg)
+        _save_run(store, self.rkey, fp, key, inputs.tnames, payload)
+        self.info.update(store.stats())
+
+
+def _python_index(inputs: _Inputs, fp, workers: int, say: Progress) -> tuple["Index", dict | None]:
+    """The Python index over the inputs' .py files, and the prefilter's byte facts per file it
+    reads them with: the fingerprint's (a cache run), else computed in worker processes when
+    there are several; None when neither."""
+    # lazy: a cache hit imports no analysis
+    from .python.index import Index
+
+    facts = fp.facts if fp is not None else None
+    if fp is None and workers > 1:
+        facts = _prefilter_facts(inputs.source, inputs.py_files, workers, say)
+    index = Index(inputs.source, inputs.py_files, path_based=inputs.path_based)
+    index.ir_budget = IR_BUDGET if IR_BUDGET > 0 else None
+    index.byte_facts = facts
+    return index, facts
+
+
+@dataclass
+class _Helpers:
+    """The forked processes that work beside the scan's analysis thread, each None when not
+    started: the parse worker (for the gate rounds), the C++ host-code checks, and the CUDA side
+    of the verdicts."""
+    parse_pool: ParsePool | None
+    runtime_checks: _RuntimeChecksJob | None
+    cuda: CudaWorker | None
+
+    @classmethod
+    def start(cls, inputs: _Inputs, index: "Index", facts: dict | None, workers: int) -> "_Helpers":
+        """Starts those the scan gains from: none with one worker; the parse worker only when there
+        is much to parse (the prefilter ran in worker processes: PARALLEL_MIN_BYTES); the CUDA
+        side only with targets and C/C++ files. The parse worker is forked first, while this
+        process is small and has no other helper's threads, and is handed to the index."""
+        source, cpp_files = inputs.source, inputs.cpp_files
+        parse_pool = index.parse_pool = ParsePool.start(source) if workers > 1 and facts else None
+        # the C++ host-code checks need nothing from the Python side: another core reads them meanwhile
+        runtime_checks = _RuntimeChecksJob.start(source, cpp_files) if workers > 1 else None
+        # and another process prepares the CUDA side of the verdicts
+        with_cuda = workers > 1 and inputs.targets and cpp_files
+        cuda = CudaWorker.start(source, inputs.files, inputs.py_files) if with_cuda else None
+        return cls(parse_pool, runtime_checks, cuda)
+
+    def stop_parsing(self, index: "Index") -> None:
+        """Ends the parse worker (only the gate rounds ask it for parses)."""
+        if self.parse_pool is not None:
+            self.parse_pool.close()
+            index.parse_pool = None
+
+    def abandon(self) -> None:
+        """Ends the C++ host-code checks and the CUDA side unheard (the scan failed)."""
+        if self.runtime_checks is not None:
+            self.runtime_checks.ex.shutdown(wait=False, cancel_futures=True)
+        if self.cuda is not None:
+            self.cuda.close()
+
+
+def _python_gates(inputs: _Inputs, index: "Index", helpers: _Helpers, reg: Registry, facts: dict | None,
+                  say: Progress):
+    """Runs the gate rounds over the Python files on a big stack: find_python_gates' result (gates,
+    names, counters, the modules over the step budget). The parse worker is ended either way, the
+    other helpers too when it fails."""
+    # lazy: a cache hit imports no analysis
+    from .python.gates import find_python_gates
+
+    say(f"evaluating Python gates in {len(inputs.py_files)} files")
+    try:
+        return run_with_big_stack(
+            lambda: find_python_gates(inputs.source, index, reg, inputs.package_of, progress=say, facts=facts)
+        )
+    except BaseException:
+        helpers.abandon()
+        raise
+    finally:
+        helpers.stop_parsing(index)
+
+
+def _with_host_gates(inputs: _Inputs, helpers: _Helpers, python_gates: list[Gate], say: Progress) -> list[Gate]:
+    """The Python gates with the architecture checks in C++ host code (from the helper process,
+    or read here when it did not run or failed), each with its package, in report order."""
+    # lazy: a cache hit imports no analysis
+    from .cuda.runtime_checks import scan_runtime_checks
+
+    say("looking for architecture checks in C++ host code")
+    cpp_gates = helpers.runtime_checks.result() if helpers.runtime_checks is not None else None
+    if cpp_gates is None:
+        cpp_gates = scan_runtime_checks(SourceReader(inputs.source), inputs.cpp_files)
+    for g in cpp_gates:
+        g.package = inputs.package_of(g.path)
+    return sorted(python_gates + cpp_gates, key=Gate.sort_key)
+
+
+def _judge(inputs: _Inputs, index: "Index", gates: list[Gate], reg: Registry, helpers: _Helpers,
+           say: Progress) -> JudgedScan:
+    """The verdicts for every gate x target (judge_scan) on a big stack; the CUDA helper is ended
+    either way."""
+    # the function bodies the gate scan converted: the verdicts read few of them again, most
+    # of those in the modules that hold gates
+    gate_paths = {g.path for g in gates}
+    index.release_bodies(keep={m for m, p in index.path_of.items() if p in gate_paths})
+    try:
+        return run_with_big_stack(
+            lambda: judge_scan(inputs.source, inputs.files, index, gates, inputs.targets, reg, inputs.path_based,
+                               say, helpers.cuda, inputs.package_of))
+    finally:
+        if helpers.cuda is not None:
+            helpers.cuda.close()
+
+
+def _result(inputs: _Inputs, index: "Index", gscan, gates: list[Gate], judged: JudgedScan | None,
+            cache_info: dict, t0: float) -> ScanResult:
+    """The computed ScanResult: the gates, the verdicts (none without targets), the diagnostics of
+    every stage (unreadable files, the step budget, sources nvcc would reject) and the counters."""
+    findings = judged.findings if judged is not None else []
+    not_evaluated = judged.not_evaluated if judged is not None else []
     budget = [
         Diagnostic(index.path_of.get(m, m), "analysis-budget",
                    f"evaluation of {m + '.' + q if q else m} stopped at the step budget; gates after that point may be missing")
@@ -264,12 +402,32 @@ def _scan(path, targets, reg, progress, cache, workers) -> ScanResult:
     ]
     # Python files the prefilter only saw in worker processes were never read through the Source,
     # which is where unreadable ones (NUL bytes, UTF-16, bad UTF-8) are reported: read them now
-    for p in py_files:
-        if p not in index._bytes and p.endswith(".py"):
-            source.read(p)
-    diags = sorted(set(source.diagnostics) | set(index.diagnostics) | set(budget) | set(tu_problems))
-    stats = {
-        "files": len(files),
+    for p in inputs.py_files:
+        if not index.holds_bytes(p) and p.endswith(".py"):
+            inputs.source.read(p)
+    tu_problems = judged.problems if judged is not None else []
+    diags = sorted(set(inputs.source.diagnostics) | set(index.diagnostics) | set(budget) | set(tu_problems))
+    return ScanResult(
+        root=inputs.root,
+        packages=inputs.dists,
+        gates=gates,
+        diagnostics=diags,
+        findings=findings,
+        modules=judged.modules if judged is not None else [],
+        patcher=judged.patcher if judged is not None else None,
+        targets=inputs.targets,
+        stats=_stats(inputs, index, gscan, findings, not_evaluated, t0),
+        cache=cache_info,
+        work={"parses": index.parses, "modules_parsed": index.parsed_count},
+    )
+
+
+def _stats(inputs: _Inputs, index: "Index", gscan, findings: list[Finding], not_evaluated: list,
+           t0: float) -> dict:
+    """The scan's counters (ScanResult.stats); all but "seconds" are part of the report."""
+    py_files = inputs.py_files
+    return {
+        "files": len(inputs.files),
         "python_files": len(py_files),
         "python_modules_parsed": gscan.parsed_modules,
         "python_modules_evaluated": gscan.evaluated_modules,
@@ -283,36 +441,10 @@ def _scan(path, targets, reg, progress, cache, workers) -> ScanResult:
                                       for g, t, eg in not_evaluated),
         # the same pairs as (target, path, line, col, kind): what every report leaves out alike
         "not_evaluated_pairs": sorted([t, g.path, g.line, g.col, g.kind] for g, t, _eg in not_evaluated),
-        **package_scope(py_files, [index.path_of[m] for m in index.loaded_modules() if m in index.path_of], pkg_of),
+        **package_scope(py_files, [index.path_of[m] for m in index.loaded_modules() if m in index.path_of],
+                         inputs.package_of),
         "seconds": round(time.perf_counter() - t0, 3),
     }
-    result = ScanResult(
-        root=root,
-        packages=dists,
-        gates=gates,
-        diagnostics=diags,
-        findings=findings,
-        modules=modules,
-        patcher=patcher,
-        targets=targets,
-        stats=stats,
-        cache=info,
-        work={"parses": index.parses, "modules_parsed": index.parsed_count},
-    )
-    if store is not None and fp is not None and inputs_unchanged(source, fp):
-        payload = {"gates": result.gates, "diagnostics": result.diagnostics, "findings": result.findings,
-                   "modules": result.modules,
-                   "stats": {k: v for k, v in stats.items() if k != "seconds"}, "names": gscan.names}
-        key = fp.key(tnames)
-        if store.put("result", key, payload):
-            info["key"] = key
-            # lazy: a cache hit imports no analysis
-            from .derived import store_scan_patch
-
-            store_scan_patch(store, result, reg)  # what `archaudit patch` reads back (derived.py)
-        _save_run(store, rkey, fp, key, tnames, payload)
-        info.update(store.stats())
-    return result
 
 
 def _background(parent: int) -> None:

@@ -650,96 +650,134 @@ class Resolver:
         return res
 
     def _eval_binding(self, ctx: Ctx, bd: tuple, depth: int, local: bool, export: bool) -> list[Ref]:
+        """What one binding of a name in ctx refers to. bd: the binding, its kind first (import,
+        import-as, from, def, class, assign, param, iter, with, unpack, unpack-at, aug; any other
+        is an unknown value); local: the name is a function's; export: it is read from another
+        module."""
         k = bd[0]
-        imp = "local-import" if local else None
-        if k == "import":
-            return [self._module_ref(bd[1], ("reexport",) if export else (imp or "import",), ctx.mod.name)]
-        if k == "import-as":
-            return [self._module_ref(bd[1], ("reexport",) if export else (imp or "import", "alias"), ctx.mod.name)]
+        if k in ("import", "import-as"):
+            return [self._imported_module(ctx, bd, local, export)]
         if k == "from":
-            _, absmod, name, aliased, rel, _st = bd
-            if export:
-                labels = ("reexport",)
-            else:
-                labels = (imp or ("relative-import" if rel else "import"),) + (("alias",) if aliased else ())
-            if self.index.has_module(absmod) and not self.index.hidden(ctx.mod.name, absmod):
-                r = self.export(absmod, name, depth + IMPORT_HOP)
-                # `from pkg import submodule`
-                if all(x.kind == "unresolved" for x in r) and self.index.has_module(f"{absmod}.{name}"):
-                    r = (Ref("module", f"{absmod}.{name}"),)
-                return [x.prefixed(labels) for x in r]
-            if not absmod:
-                return [unres("relative-import-outside-scan", f"from {'.' * 1}{absmod} import {name}")]
-            return [Ref("external", f"{absmod}.{name}", labels)]
+            return self._imported_name(ctx, bd, depth, local, export)
         if k == "def":
             return [self._func_ref(ctx.mod, bd[1], bd[2], depth)]
         if k == "class":
             return [Ref("class", f"{ctx.mod.name}.{bd[1]}")]
         if k == "assign":
-            _, value, ann, bctx = bd
-            c = bctx or ctx
-            out: list[Ref] = []
-            if ann is not None:
-                for nm in annotation_names(c.mod.parsed.text(ann)):
-                    for r in self.dotted(c, nm, depth + 1):
-                        if r.kind == "class":
-                            out.append(Ref("instance", r.target, r.how + ("annotation",)))
-            if value is None:
-                return out
-            vals = self.eval(c, value, depth + 1)
-            if value.k == "name" and not local and ctx.kind == "module":
-                # `_flashinfer_comm = comm`: a module object kept in a global
-                vals = tuple(v.with_how("module-global-alias") if v.kind == "module" else v for v in vals)
-            elif value.k == "name" and local:
-                vals = tuple(v.with_how("alias") if v.kind in ("module", "function") else v for v in vals)
-            for v in vals:
-                if v.kind == "instance" and value.k == "call":
-                    v = v.with_how("assignment-type")
-                out.append(v)
-            return out
+            return self._assigned(ctx, bd, depth, local)
         if k == "param":
-            _, pname, ann, default, is_self = bd
-            if is_self and ctx.cls is not None:
-                if ctx.self_name and ctx.self_name.startswith("@cls:"):
-                    return [Ref("class", ctx.cls, ("self-method",))]
-                return [Ref("instance", ctx.cls, ("self-method",))]
-            out = []
-            if ann:
-                for nm in annotation_names(ann):
-                    for r in self.dotted(ctx.parent or ctx, nm, depth + 1):
-                        if r.kind == "class":
-                            out.append(Ref("instance", r.target, r.how + ("annotation",)))
-                        elif r.kind == "external":
-                            out.append(Ref("instance-external", r.target, r.how + ("annotation",)))
-            if not out:
-                out.append(unres("unknown-receiver", f"parameter {pname}"))
-            if default is not None:
-                # evaluated where the def is; callers may pass something else (so the
-                # parameter stays unresolved beside it)
-                out.extend(x for x in self.eval(ctx.parent or ctx, default, depth + 1) if x.kind != "unresolved")
-            if self.arg_sites is not None:
-                out.extend(self._passed(ctx, pname, depth + 1))
-            return out
+            return self._parameter(ctx, bd, depth)
         if k == "iter":
-            it = bd[1]
-            st = bd[2]
-            got = [x for x in self.iterated(ctx, it, depth + 1) if x.kind != "unresolved"]
-            if got and st.f["target"].k != "name":
-                # `for a, b in [(f, g)]`: each name any part of an item
-                got = [y for y in self.items(tuple(got), None, depth + 1) if y.kind != "unresolved"] or got
-            return got or [unres("unknown-receiver", "loop variable")]
+            return self._loop_variable(ctx, bd, depth)
         if k == "with":
             return [unres("unknown-receiver", "with-statement target")]
         if k in ("unpack", "unpack-at"):
-            path = (bd[2],) if k == "unpack" else bd[2]
-            got = self.eval(ctx, bd[1], depth + 1)
-            for i in path:
-                got = self.items(got, i, depth + 1)
-            got = tuple(x for x in got if x.kind != "unresolved")
-            return list(got) or [unres("unknown-receiver", "unpacked value")]
+            return self._unpacked(ctx, bd, depth)
         if k == "aug":
             return []
         return [unres("unknown-value", k)]
+
+    def _imported_module(self, ctx: Ctx, bd: tuple, local: bool, export: bool) -> Ref:
+        """`import a.b` (bd: ("import", "a", statement)) or `import a.b as c` (("import-as", "a.b",
+        statement)): the module, external when it is not in the scan or is a runtime hidden from
+        ctx's module."""
+        if export:
+            how: tuple = ("reexport",)
+        else:
+            how = ("local-import" if local else "import",) + (("alias",) if bd[0] == "import-as" else ())
+        return self._module_ref(bd[1], how, ctx.mod.name)
+
+    def _imported_name(self, ctx: Ctx, bd: tuple, depth: int, local: bool, export: bool) -> list[Ref]:
+        """`from absmod import name` (bd: ("from", absmod, name, aliased, relative, statement)):
+        what absmod exports as name (or its submodule name) when absmod is in the scan, else an
+        external reference."""
+        _, absmod, name, aliased, rel, _st = bd
+        if export:
+            labels: tuple = ("reexport",)
+        else:
+            labels = ("local-import" if local else "relative-import" if rel else "import",) + (("alias",) if aliased else ())
+        if self.index.has_module(absmod) and not self.index.hidden(ctx.mod.name, absmod):
+            r = self.export(absmod, name, depth + IMPORT_HOP)
+            # `from pkg import submodule`
+            if all(x.kind == "unresolved" for x in r) and self.index.has_module(f"{absmod}.{name}"):
+                r = (Ref("module", f"{absmod}.{name}"),)
+            return [x.prefixed(labels) for x in r]
+        if not absmod:
+            return [unres("relative-import-outside-scan", f"from {'.' * 1}{absmod} import {name}")]
+        return [Ref("external", f"{absmod}.{name}", labels)]
+
+    def _annotated(self, ctx: Ctx, annotation: str, depth: int, external: bool) -> list[Ref]:
+        """The instances an annotation's text names: of each class in the scan it names, and with
+        external, of each class outside the scan ("instance-external")."""
+        out: list[Ref] = []
+        for nm in annotation_names(annotation):
+            for r in self.dotted(ctx, nm, depth):
+                if r.kind == "class":
+                    out.append(Ref("instance", r.target, r.how + ("annotation",)))
+                elif external and r.kind == "external":
+                    out.append(Ref("instance-external", r.target, r.how + ("annotation",)))
+        return out
+
+    def _assigned(self, ctx: Ctx, bd: tuple, depth: int, local: bool) -> list[Ref]:
+        """`name[: annotation] = value` (bd: ("assign", value, annotation, where it is evaluated or
+        None for ctx)): the instances the annotation names, then the value's references, with
+        how a module or function kept under another name was reached."""
+        _, value, ann, bctx = bd
+        c = bctx or ctx
+        out = self._annotated(c, c.mod.parsed.text(ann), depth + 1, external=False) if ann is not None else []
+        if value is None:
+            return out
+        vals = self.eval(c, value, depth + 1)
+        if value.k == "name" and not local and ctx.kind == "module":
+            # `_flashinfer_comm = comm`: a module object kept in a global
+            vals = tuple(v.with_how("module-global-alias") if v.kind == "module" else v for v in vals)
+        elif value.k == "name" and local:
+            vals = tuple(v.with_how("alias") if v.kind in ("module", "function") else v for v in vals)
+        for v in vals:
+            if v.kind == "instance" and value.k == "call":
+                v = v.with_how("assignment-type")
+            out.append(v)
+        return out
+
+    def _parameter(self, ctx: Ctx, bd: tuple, depth: int) -> list[Ref]:
+        """A parameter (bd: ("param", name, annotation text, default, is_self)): self or cls of a
+        method is its class; else the instances its annotation names (unresolved when none),
+        its default's references and what the known call sites pass."""
+        _, pname, ann, default, is_self = bd
+        if is_self and ctx.cls is not None:
+            if ctx.self_name and ctx.self_name.startswith("@cls:"):
+                return [Ref("class", ctx.cls, ("self-method",))]
+            return [Ref("instance", ctx.cls, ("self-method",))]
+        out = self._annotated(ctx.parent or ctx, ann, depth + 1, external=True) if ann else []
+        if not out:
+            out.append(unres("unknown-receiver", f"parameter {pname}"))
+        if default is not None:
+            # evaluated where the def is; callers may pass something else (so the
+            # parameter stays unresolved beside it)
+            out.extend(x for x in self.eval(ctx.parent or ctx, default, depth + 1) if x.kind != "unresolved")
+        if self.arg_sites is not None:
+            out.extend(self._passed(ctx, pname, depth + 1))
+        return out
+
+    def _loop_variable(self, ctx: Ctx, bd: tuple, depth: int) -> list[Ref]:
+        """A for loop's target (bd: ("iter", iterable, statement)): the items of the iterable, or
+        for a tuple target any part of an item."""
+        it, st = bd[1], bd[2]
+        got = [x for x in self.iterated(ctx, it, depth + 1) if x.kind != "unresolved"]
+        if got and st.f["target"].k != "name":
+            # `for a, b in [(f, g)]`: each name any part of an item
+            got = [y for y in self.items(tuple(got), None, depth + 1) if y.kind != "unresolved"] or got
+        return got or [unres("unknown-receiver", "loop variable")]
+
+    def _unpacked(self, ctx: Ctx, bd: tuple, depth: int) -> list[Ref]:
+        """A name unpacked from a value (bd: ("unpack", value, index) or ("unpack-at", value,
+        index path)): the items at that place."""
+        path = (bd[2],) if bd[0] == "unpack" else bd[2]
+        got = self.eval(ctx, bd[1], depth + 1)
+        for i in path:
+            got = self.items(got, i, depth + 1)
+        got = tuple(x for x in got if x.kind != "unresolved")
+        return list(got) or [unres("unknown-receiver", "unpacked value")]
 
     def _passed(self, ctx: Ctx, pname: str, depth: int) -> list[Ref]:
         """The arguments the known call sites (arg_sites) pass for parameter pname of ctx's

@@ -12,13 +12,15 @@ import pickle
 import re
 import sys
 from functools import lru_cache, partial
+from typing import NamedTuple
 
 import tree_sitter
 import tree_sitter_python
 
 
 class N:
-    """An IR node: kind, position, and kind-specific fields in `f` (a dict)."""
+    """An IR node: kind `k`, position (line and 1-based column, byte range [sb, eb)), and the
+    fields of its kind in `f`, a dict whose keys NODE_FIELDS lists per kind."""
 
     __slots__ = ("k", "line", "col", "sb", "eb", "f")
 
@@ -38,6 +40,124 @@ class N:
 
     def __repr__(self) -> str:  # for debugging and test failure messages
         return f"N({self.k}@{self.line}:{self.col} {self.f!r})"
+
+
+class Field(NamedTuple):
+    """One field of an IR node's `f`: its key, what its value is (one of FIELD_VALUES), whether
+    it may be None, and what it holds."""
+
+    name: str
+    value: str
+    optional: bool
+    about: str
+
+
+# What a field's value is, by the name NODE_FIELDS gives it.
+FIELD_VALUES = {
+    "N": "a node",
+    "[N]": "a list of nodes (a block of statements, or expressions)",
+    "[[N]]": "a list of blocks",
+    "str": "a str",
+    "[str]": "a list of str",
+    "int": "an int",
+    "bool": "a bool",
+    "const": "an int, float, str, bool or None (a literal's value)",
+    "params": "a list of (name, default node or None, kind), kind \"\" (positional or keyword), \"*\", \"**\" or \"kwonly\"",
+    "imported": "a list of (dotted name, alias or None)",
+    "with-items": "a list of (context expression node or None, `as` target node or None)",
+    "kwargs": "a list of (keyword, value node)",
+    "pairs": "a list of (key node or None for a `**` entry, value node)",
+    "gens": "a list of (\"for\", target node, iterable node) or (\"if\", condition node, None)",
+}
+
+_BODY = Field("body", "[N]", False, "the statements of the block")
+_DECORATORS = Field("decorators", "[N]", False, "the decorator expressions, outermost first")
+_ORELSE = Field("orelse", "[N]", False, "the else block ([] when none)")
+_ELTS = Field("elts", "[N]", False, "the elements")
+
+# Every IR node kind (`N.k`) and the fields of its `f`, in the order the converter writes them:
+# each node's `f` has exactly these keys (a lazily converted def's body included, see
+# LazyFields). Statements first, then expressions; "other" is any construct the analyses do not
+# look into, statement or expression.
+NODE_FIELDS: dict[str, tuple[Field, ...]] = {
+    # statements
+    "def": (Field("name", "str", False, "the function's name (\"?\" when missing)"),
+            Field("params", "params", False, "the parameters"),
+            _BODY,
+            _DECORATORS,
+            Field("returns", "N", True, "the return annotation")),
+    "class": (Field("name", "str", False, "the class's name (\"?\" when missing)"),
+              Field("bases", "[N]", False, "the base class expressions (keyword arguments left out)"),
+              _BODY,
+              _DECORATORS),
+    "if": (Field("test", "N", False, "the condition"),
+           _BODY,
+           Field("orelse", "[N]", False, "the else block; an elif is one nested if in it"),
+           Field("elif_", "bool", False, "this if is an elif clause (it spans to the end of the chain)")),
+    "for": (Field("target", "N", False, "the loop variable(s)"),
+            Field("iter", "N", False, "the iterable"),
+            _BODY,
+            _ORELSE),
+    "while": (Field("test", "N", False, "the condition"), _BODY, _ORELSE),
+    "try": (_BODY,
+            Field("handlers", "[[N]]", False, "one block per except clause"),
+            _ORELSE,
+            Field("final", "[N]", False, "the finally block ([] when none)")),
+    "with": (Field("items", "with-items", False, "the context managers"), _BODY),
+    "return": (Field("value", "N", True, "the returned expression"),),
+    "raise": (),
+    "assert": (Field("test", "N", True, "the asserted condition"),),
+    "assign": (Field("targets", "[N]", False, "the targets, left to right (a = b = v: two)"),
+               Field("value", "N", True, "the assigned value (None: an annotation alone)"),
+               Field("annotation", "N", True, "the annotation of `x: T = v`")),
+    "augassign": (Field("target", "N", False, "the target"),
+                  Field("op", "str", False, "the operator without \"=\" (\"+\", \"|\", ...)"),
+                  Field("value", "N", False, "the operand")),
+    "expr": (Field("value", "N", False, "the expression (several: one tuple)"),),
+    "import": (Field("names", "imported", False, "the imported modules"),),
+    "importfrom": (Field("module", "str", False, "the module's dotted name without leading dots (\"\" for `from . import`)"),
+                   Field("level", "int", False, "the leading dots of a relative import"),
+                   Field("names", "imported", False, "the imported names ([] for `import *`)"),
+                   Field("star", "bool", False, "`from m import *`")),
+    "pass": (),  # also del and `from __future__ import`
+    "break": (),
+    "continue": (),
+    "global": (Field("names", "[str]", False, "the declared names"),),
+    "nonlocal": (Field("names", "[str]", False, "the declared names"),),
+    "block": (Field("body", "[N]", False, "the statements recognised inside a syntax error"),),
+    "other": (),
+    # expressions
+    "name": (Field("id", "str", False, "the identifier"),),
+    "attr": (Field("value", "N", False, "the object"), Field("attr", "str", False, "the attribute's name")),
+    "call": (Field("func", "N", False, "the called expression"),
+             Field("args", "[N]", False, "the positional arguments (* and ** ones left out)"),
+             Field("kwargs", "kwargs", False, "the keyword arguments"),
+             Field("star", "bool", False, "a * or ** argument is passed")),
+    "const": (Field("value", "const", True, "the literal's value (adjacent strings joined)"),),
+    "fstring": (Field("parts", "[N]", False, "the literal parts (\"const\") and the interpolated expressions, in order"),),
+    "tuple": (_ELTS,),
+    "list": (_ELTS,),
+    "set": (_ELTS,),
+    "dict": (Field("pairs", "pairs", False, "the entries"),),
+    "subscript": (Field("value", "N", False, "the subscripted object"),
+                  Field("index", "N", False, "the index (several: one tuple)")),
+    "compare": (Field("operands", "[N]", False, "the operands, left to right"),
+                Field("ops", "[str]", False, "the operators between them (\"not in\", \"is not\" as one)")),
+    "boolop": (Field("op", "str", False, "\"and\" or \"or\""), Field("left", "N", False, "the left operand"),
+               Field("right", "N", False, "the right operand")),
+    "not": (Field("value", "N", False, "the operand"),),
+    "unary": (Field("op", "str", False, "\"-\", \"+\" or \"~\""), Field("value", "N", False, "the operand")),
+    "binop": (Field("op", "str", False, "the operator"), Field("left", "N", False, "the left operand"),
+              Field("right", "N", False, "the right operand")),
+    "ifexp": (Field("body", "N", False, "the value when the test holds"), Field("test", "N", False, "the condition"),
+              Field("orelse", "N", False, "the value otherwise")),
+    "walrus": (Field("target", "str", False, "the assigned name"), Field("value", "N", False, "the value")),
+    "starred": (Field("value", "N", True, "the expression after * or **"),),
+    "lambda": (Field("body", "N", True, "the body expression"), Field("params", "params", False, "the parameters")),
+    "comp": (Field("kind", "str", False, "\"list\", \"set\", \"gen\" or \"dict\""),
+             Field("body", "N", True, "the element expression (None for a dict comprehension)"),
+             Field("gens", "gens", False, "the for and if clauses, in order")),
+}
 
 
 @lru_cache(maxsize=1)

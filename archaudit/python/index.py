@@ -240,6 +240,10 @@ class Index:
             self._bytes[path] = b
         return b
 
+    def holds_bytes(self, path: str) -> bool:
+        """Whether the bytes of the file at path were read through the Source and are held."""
+        return path in self._bytes
+
     def module(self, name: str, full: bool = False) -> ModuleInfo | None:
         """The parsed module. full=False may give a shallow parse (no function bodies) unless the
         module is one whose code is analysed (see `wants_full`)."""

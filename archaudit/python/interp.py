@@ -707,105 +707,143 @@ class Interp:
                                      expr_node=target)
 
     def _exec(self, st: N, fr: Frame) -> None:
-        k = st.k
-        if k == "expr":
-            self.eval(st.f["value"], fr)
-        elif k == "assign":
-            if st.f["value"] is None:
-                return
-            self._via_stack.append(set())
-            mark = len(self._dyn_pending)
-            try:
-                av = self.eval(st.f["value"], fr)
-            finally:
-                via = frozenset(self._via_stack.pop())
+        """Runs one statement through the `_s_<kind>` method of its kind (_EXECUTORS); pass,
+        global and the kinds without one change nothing the analysis reads."""
+        m = _EXECUTORS.get(st.k)
+        if m is not None:
+            m(self, st, fr)
+
+    def _s_expr(self, st: N, fr: Frame) -> None:
+        self.eval(st.f["value"], fr)
+
+    def _s_assign(self, st: N, fr: Frame) -> None:
+        """Binds each target to the value. In a reported function, a value that came from lookups
+        by unread strings (see _unread_lookup) records them per target name (fr.dyn); any other
+        value clears that record."""
+        if st.f["value"] is None:
+            return
+        self._via_stack.append(set())
+        mark = len(self._dyn_pending)
+        try:
+            av = self.eval(st.f["value"], fr)
+        finally:
+            via = frozenset(self._via_stack.pop())
+        for t in st.f["targets"]:
+            self._bind_target(fr, t, av, via)
+        if fr.report and (fr.dyn or len(self._dyn_pending) > mark):
+            hits = self._dyn_pending[mark:]
             for t in st.f["targets"]:
-                self._bind_target(fr, t, av, via)
-            if fr.report and (fr.dyn or len(self._dyn_pending) > mark):
-                hits = self._dyn_pending[mark:]
-                for t in st.f["targets"]:
-                    for nm, _path in _target_paths(t, ()):
-                        if hits:
-                            fr.dyn[nm] = hits[:8]
-                        else:
-                            fr.dyn.pop(nm, None)
-        elif k == "augassign":
-            t = st.f["target"]
-            if t.k == "name":
-                cur = self.eval(t, fr)
-                val = self.eval(st.f["value"], fr)
-                self._assign_name(fr, t.f["id"], self._binop(st.f["op"], cur, val))
-            elif t.k == "subscript":
-                self._forget_mutated(t.f["value"], fr)
-        elif k == "if":
-            self._exec_if(st, fr)
-        elif k == "return":
-            av = self.eval(st.f["value"], fr) if st.f["value"] is not None else self.dom.NONE
-            fr.ret = [cap(r | s) if m else r for r, s, m in zip(fr.ret, av.sets, fr.mask)]
-            fr.mask = (0,) * self.n
-        elif k == "raise":
-            fr.mask = (0,) * self.n
-        elif k in ("break", "continue"):
-            fr.mask = (0,) * self.n
-        elif k == "assert":
-            if st.f["test"] is not None:
-                self._decision(st.f["test"], fr, st, "assert", positive=True)
-        elif k in ("for", "while"):
-            if k == "while":
-                self._decision(st.f["test"], fr, st, "loop", positive=True)
+                for nm, _path in _target_paths(t, ()):
+                    if hits:
+                        fr.dyn[nm] = hits[:8]
+                    else:
+                        fr.dyn.pop(nm, None)
+
+    def _s_augassign(self, st: N, fr: Frame) -> None:
+        """`x op= v` rebinds x to the operation's value; `a[i] op= v` makes a's known value stale."""
+        t = st.f["target"]
+        if t.k == "name":
+            cur = self.eval(t, fr)
+            val = self.eval(st.f["value"], fr)
+            self._assign_name(fr, t.f["id"], self._binop(st.f["op"], cur, val))
+        elif t.k == "subscript":
+            self._forget_mutated(t.f["value"], fr)
+
+    def _s_if(self, st: N, fr: Frame) -> None:
+        self._exec_if(st, fr)
+
+    def _s_return(self, st: N, fr: Frame) -> None:
+        """Adds the value to what the function returns on the reachable paths, which end here."""
+        av = self.eval(st.f["value"], fr) if st.f["value"] is not None else self.dom.NONE
+        fr.ret = [cap(r | s) if m else r for r, s, m in zip(fr.ret, av.sets, fr.mask)]
+        fr.mask = (0,) * self.n
+
+    def _s_raise(self, st: N, fr: Frame) -> None:
+        """Ends every path (raise, break, continue: what follows in the block is not reached)."""
+        fr.mask = (0,) * self.n
+
+    _s_break = _s_continue = _s_raise
+
+    def _s_assert(self, st: N, fr: Frame) -> None:
+        if st.f["test"] is not None:
+            self._decision(st.f["test"], fr, st, "assert", positive=True)
+
+    def _s_while(self, st: N, fr: Frame) -> None:
+        self._decision(st.f["test"], fr, st, "loop", positive=True)
+        self._loop_blocks(st, fr)
+
+    def _s_for(self, st: N, fr: Frame) -> None:
+        self.eval(st.f["iter"], fr)
+        self._bind_target(fr, st.f["target"], self.dom.OPAQUE, frozenset())
+        self._loop_blocks(st, fr)
+
+    def _loop_blocks(self, st: N, fr: Frame) -> None:
+        """A loop's body and else block, each run on the paths that reach the loop, as maybe
+        reached (the loop may run no time, or stop early); after it, the same."""
+        saved = fr.mask
+        fr.mask = tuple(2 if m else 0 for m in saved)
+        self._exec_block(st.f["body"], fr)
+        fr.mask = tuple(2 if m else 0 for m in saved)
+        self._exec_block(st.f["orelse"], fr)
+        fr.mask = tuple(2 if m else 0 for m in saved)
+
+    def _s_try(self, st: N, fr: Frame) -> None:
+        """The body on the paths that reach the try; each handler on those, as maybe reached; the
+        else block after the body; the finally block on every path that reached the try."""
+        saved = fr.mask
+        self._exec_block(st.f["body"], fr)
+        after_body = fr.mask
+        for h in st.f["handlers"]:
+            fr.mask = tuple(2 if m else 0 for m in saved)
+            self._exec_block(h, fr)
+        fr.mask = after_body
+        self._exec_block(st.f["orelse"], fr)
+        fr.mask = tuple(max(a, 2 if b else 0) if (a or b) else 0 for a, b in zip(fr.mask, saved)) if st.f["handlers"] else fr.mask
+        end = fr.mask
+        fr.mask = tuple(m if m else 0 for m in saved)
+        self._exec_block(st.f["final"], fr)
+        fr.mask = end
+
+    def _s_with(self, st: N, fr: Frame) -> None:
+        """Evaluates each context expression (its `as` target is unknown), then runs the body."""
+        for expr, tgt in st.f["items"]:
+            if expr is not None:
+                self.eval(expr, fr)
+                if tgt is not None:
+                    self._bind_target(fr, tgt, self.dom.OPAQUE, frozenset())
+        self._exec_block(st.f["body"], fr)
+
+    def _s_block(self, st: N, fr: Frame) -> None:
+        self._exec_block(st.f["body"], fr)
+
+    def _s_def(self, st: N, fr: Frame) -> None:
+        """A module's function is bound to its reference; a nested one to its reference when the
+        module lists it, else to an unknown value."""
+        if not fr.is_module:
+            ref = self._nested_ref(fr, st)
+            self._assign_name(fr, st.f["name"], self.dom.const(ref) if ref else self.dom.OPAQUE)
+        else:
+            self._bind_def(fr, st)
+
+    def _s_class(self, st: N, fr: Frame) -> None:
+        """A module's class is bound to its reference (a class inside a function is not)."""
+        if fr.is_module:
+            fr.env[st.f["name"]] = self.dom.const(ClassRef(fr.mod.name, st.f["name"]))
+
+    def _s_import(self, st: N, fr: Frame) -> None:
+        """Binds the alias, or the top-level package, to the module, resolved when first read."""
+        for name, alias in st.f["names"]:
+            if alias:
+                fr.env[alias] = _LazyImport(name, None, self.index.hidden(fr.mod.name, name))
             else:
-                self.eval(st.f["iter"], fr)
-                self._bind_target(fr, st.f["target"], self.dom.OPAQUE, frozenset())
-            saved = fr.mask
-            fr.mask = tuple(2 if m else 0 for m in saved)
-            self._exec_block(st.f["body"], fr)
-            fr.mask = tuple(2 if m else 0 for m in saved)
-            self._exec_block(st.f["orelse"], fr)
-            fr.mask = tuple(2 if m else 0 for m in saved)
-        elif k == "try":
-            saved = fr.mask
-            self._exec_block(st.f["body"], fr)
-            after_body = fr.mask
-            for h in st.f["handlers"]:
-                fr.mask = tuple(2 if m else 0 for m in saved)
-                self._exec_block(h, fr)
-            fr.mask = after_body
-            self._exec_block(st.f["orelse"], fr)
-            fr.mask = tuple(max(a, 2 if b else 0) if (a or b) else 0 for a, b in zip(fr.mask, saved)) if st.f["handlers"] else fr.mask
-            end = fr.mask
-            fr.mask = tuple(m if m else 0 for m in saved)
-            self._exec_block(st.f["final"], fr)
-            fr.mask = end
-        elif k == "with":
-            for expr, tgt in st.f["items"]:
-                if expr is not None:
-                    v = self.eval(expr, fr)
-                    if tgt is not None:
-                        self._bind_target(fr, tgt, self.dom.OPAQUE, frozenset())
-            self._exec_block(st.f["body"], fr)
-        elif k == "block":
-            self._exec_block(st.f["body"], fr)
-        elif k == "def":
-            if not fr.is_module:
-                ref = self._nested_ref(fr, st)
-                self._assign_name(fr, st.f["name"], self.dom.const(ref) if ref else self.dom.OPAQUE)
-            else:
-                self._bind_def(fr, st)
-        elif k == "class":
-            if fr.is_module:
-                fr.env[st.f["name"]] = self.dom.const(ClassRef(fr.mod.name, st.f["name"]))
-        elif k == "import":
-            for name, alias in st.f["names"]:
-                if alias:
-                    fr.env[alias] = _LazyImport(name, None, self.index.hidden(fr.mod.name, name))
-                else:
-                    top = name.split(".")[0]
-                    fr.env[top] = _LazyImport(top, None, self.index.hidden(fr.mod.name, top))
-        elif k == "importfrom":
-            base = self.index.resolve_relative(fr.mod, st.f["level"], st.f["module"])
-            for name, alias in st.f["names"]:
-                fr.env[alias or name] = _LazyImport(base, name, self.index.hidden(fr.mod.name, base or ""))
-        # pass, global, other: nothing to do
+                top = name.split(".")[0]
+                fr.env[top] = _LazyImport(top, None, self.index.hidden(fr.mod.name, top))
+
+    def _s_importfrom(self, st: N, fr: Frame) -> None:
+        """Binds each imported name (or its alias), resolved when first read."""
+        base = self.index.resolve_relative(fr.mod, st.f["level"], st.f["module"])
+        for name, alias in st.f["names"]:
+            fr.env[alias or name] = _LazyImport(base, name, self.index.hidden(fr.mod.name, base or ""))
 
     def _bind_def(self, fr: Frame, st: N) -> None:
         ref = FuncRef(fr.mod.name, st.f["name"], st.sb)
@@ -1832,6 +1870,8 @@ class Interp:
 # node kind -> the Interp method that evaluates it, `_e_<kind>` (eval runs for every node; a
 # dict of bound methods on the instance would be a cycle that keeps a finished scan's values)
 _EVALUATORS = {a[3:]: getattr(Interp, a) for a in dir(Interp) if a.startswith("_e_")}
+# statement kind -> the Interp method that runs it, `_s_<kind>` (as _EVALUATORS, for _exec)
+_EXECUTORS = {a[3:]: getattr(Interp, a) for a in dir(Interp) if a.startswith("_s_")}
 
 
 @dataclass(frozen=True, slots=True)
