@@ -98,6 +98,9 @@ def scan(path, targets, fmt, output, quiet, verdicts, packages, include, exclude
     result, left_out = scope_result(result, flt)
     result = sci.apply(result, reg, keep=flt.keeps_item)  # SARIF is written here
     result = verdict_result(result, flt, left_out)
+    # the patcher holds the Python IR and the call graph (for `archaudit patch`), which no report
+    # reads: freed, the report is built in their memory instead of on top of it
+    result.patcher = None
     text = _report(result, reg, fmt, path, show_all)
     if text is not None:
         write_output(text, output)
