@@ -32,3 +32,22 @@ def test_same_text_as_one_dump_with_empty_lists(reg):
     text = to_json(result, reg)
     assert text == _whole_object_text(result, reg)
     assert '"findings": [],' in text and '"modules": [],' in text
+
+
+def test_scan_command_writes_the_same_text_to_a_file_and_to_stdout(reg, tmp_path):
+    from click.testing import CliRunner
+
+    from archaudit.cli import main
+
+    root = str(FIXTURES / "jitvariants")
+    out = tmp_path / "r.json"
+    args = ["scan", root, "-t", "sm_120", "--format", "json", "--no-cache", "--include-tests"]
+    to_file = CliRunner().invoke(main, [*args, "-o", str(out)])
+    to_stdout = CliRunner().invoke(main, args)
+    assert to_file.exit_code == to_stdout.exit_code == 0, (to_file.output, to_stdout.output)
+    text = out.read_text(encoding="utf-8")
+    assert text == to_stdout.output
+    d = json.loads(text)
+    assert d["root"] == root and d["targets"] == ["sm_120"] and d["findings"] and d["modules"]
+    # the same text as the report object dumped whole
+    assert text == json.dumps(d, indent=2) + "\n"

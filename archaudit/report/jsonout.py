@@ -69,11 +69,16 @@ def report_sections(result, reg: Registry) -> list[tuple[str, object]]:
 
 
 def to_json(result, reg: Registry) -> str:
-    """json.dumps(dict(report_sections(...)), indent=2) + "\n", the same text, built one list item
-    at a time: json's indented encoder makes a list of every token before joining them (on
-    flashinfer + sglang, 74 MB of JSON took about 250 MB more memory than the text), and the
-    whole report object need not exist at once."""
-    return "".join(_object_text(report_sections(result, reg)))
+    """json.dumps(dict(report_sections(...)), indent=2) + "\n": the text of json_pieces."""
+    return "".join(json_pieces(result, reg))
+
+
+def json_pieces(result, reg: Registry):
+    """The report's JSON text (to_json) as pieces, one list item at a time, to be written as they
+    come: json's indented encoder makes a list of every token before joining them (on
+    flashinfer + sglang, 74 MB of JSON took about 250 MB more memory than the text itself), and
+    neither the whole report object nor its whole text need exist at once."""
+    return _object_text(report_sections(result, reg))
 
 
 def _indented(value, level: int) -> str:
