@@ -95,11 +95,12 @@ class Recorder:
             self.sample()
 
 
-def deep_sizes(roots: list[tuple[str, object]], seen: set[int]) -> list[tuple[str, int, int]]:
-    """(name, bytes, objects) that each root reaches and no earlier root did."""
+def deep_sizes(roots: list[tuple[str, object]], seen: set[int]) -> list[tuple[str, int, int, Counter]]:
+    """(name, bytes, objects, bytes by type) that each root reaches and no earlier root did."""
     out = []
     for name, root in roots:
         size = count = 0
+        types: Counter = Counter()
         stack = [root]
         while stack:
             o = stack.pop()
@@ -109,15 +110,17 @@ def deep_sizes(roots: list[tuple[str, object]], seen: set[int]) -> list[tuple[st
             seen.add(i)
             if isinstance(o, type) or type(o).__name__ in ("module", "function", "builtin_function_or_method"):
                 continue  # code and classes are the program's, not the scan's
-            size += sys.getsizeof(o)
+            n = sys.getsizeof(o)
+            size += n
             count += 1
+            types[type(o).__name__] += n
             stack.extend(gc.get_referents(o))
-        out.append((name, size, count))
+        out.append((name, size, count, types))
     return out
 
 
 def parts_of(name: str, obj) -> list[tuple[str, object]]:
-    """A holder's attributes as separate roots (instance dict or slots), largest first later."""
+    """A holder's attributes as separate roots (instance dict or slots)."""
     if isinstance(obj, dict):
         return [(f"{name}[{k!r}]", v) for k, v in obj.items()]
     fields = dict(getattr(obj, "__dict__", {}) or {})
@@ -128,29 +131,35 @@ def parts_of(name: str, obj) -> list[tuple[str, object]]:
     return [(f"{name}.{k}", v) for k, v in fields.items()]
 
 
+# holders whose attributes are listed one by one (a level further down)
+EXPAND = ("analysis.graph", "analysis.graph.r", "analysis.jit", "analysis.behind", "tus")
+
+
 def walk_heap(holders: dict[str, object]) -> dict:
     t = time.perf_counter()
     seen: set[int] = set()
-    # the walk's own structures and this module's must not be counted
     seen.update(id(x) for x in (holders, seen))
-    rows = []
+    roots: list[tuple[str, object]] = []
+
+    def add(name, obj):
+        for part, value in parts_of(name, obj):
+            if part in EXPAND:
+                add(part, value)
+            roots.append((part, value))
+
     for name, obj in holders.items():
-        for part, size, count in deep_sizes(parts_of(name, obj), seen):
-            rows.append({"holder": part, "mb": round(size / 2**20, 1), "objects": count})
+        if name in EXPAND:
+            add(name, obj)
+        else:
+            roots.extend(parts_of(name, obj))
+    # expanded parts first: they claim what they reach before their owner does
+    roots.sort(key=lambda r: -r[0].count("."))
+    rows = []
+    for part, size, count, types in deep_sizes(roots, seen):
+        rows.append({"holder": part, "mb": round(size / 2**20, 1), "objects": count,
+                     "types": {k: round(v / 2**20, 1) for k, v in types.most_common(6)}})
     rows.sort(key=lambda r: -r["mb"])
-    by_type: Counter = Counter()
-    n_type: Counter = Counter()
-    all_seen: set[int] = set()
-    for o in gc.get_objects():
-        for x in (o, *gc.get_referents(o)):
-            if id(x) in all_seen or gc.is_tracked(x) and x is not o:
-                continue
-            all_seen.add(id(x))
-            tn = type(x).__name__
-            by_type[tn] += sys.getsizeof(x)
-            n_type[tn] += 1
-    types = [{"type": k, "mb": round(v / 2**20, 1), "objects": n_type[k]} for k, v in by_type.most_common(25)]
-    return {"rss_mb": _status("self").get("VmRSS"), "holders": rows[:60], "types": types,
+    return {"rss_mb": _status("self").get("VmRSS"), "holders": [r for r in rows if r["mb"] >= 0.5],
             "walk_s": round(time.perf_counter() - t, 1)}
 
 
