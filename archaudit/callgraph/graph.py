@@ -78,7 +78,7 @@ class CallGraph:
         self._calls: dict[str, list[Call]] = {}
         self._callers_done: set[str] = set()
         self._by_callee: dict[str, list[Call]] = {}  # reverse edges, filled as nodes are expanded
-        self._words: dict[bytes, tuple[str, ...] | str] | None = None  # see _build_word_index
+        self._words: dict[bytes, list[str]] | None = None
         self._sites: dict[str, dict[tuple[int, int], N]] = {}  # qualname -> (line, col) -> call in its body
         self._scans = 0
         self._outside = ExternalRoots(index.path_of)
@@ -424,8 +424,7 @@ class CallGraph:
         if self._words is None and (self._scans >= WORD_INDEX_AFTER or self.index.byte_facts):
             self._build_word_index()
         if self._words is not None and _ASCII_WORD.fullmatch(wb):
-            got = self._words.get(wb, ())
-            return [got] if type(got) is str else list(got)
+            return self._words.get(wb, [])
         self._scans += 1
         pat = word_pattern(wb)
         # a substring test runs at memchr speed; the word-boundary regex only on hits
@@ -433,8 +432,6 @@ class CallGraph:
                 if wb in (data := self.index.peek_bytes(m)) and pat.search(data)]
 
     def _build_word_index(self) -> None:
-        """word -> the modules naming it, in order: a tuple, or the module itself when only one
-        does (most words: a list per word held twice the memory)."""
         words: dict[bytes, list[str]] = {}
         facts = self.index.byte_facts or {}
         for m in sorted(self.index.path_of):
@@ -449,8 +446,6 @@ class CallGraph:
                     words[w] = [m]
                 else:
                     got.append(m)
-        for w, got in words.items():
-            words[w] = got[0] if len(got) == 1 else tuple(got)
         self._words = words
 
     def callers(self, qualname: str) -> list[Call]:
