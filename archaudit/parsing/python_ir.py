@@ -22,7 +22,7 @@ class N:
 
     The end byte is kept as the node's length (`eb` reads sb + length): most nodes are shorter
     than 257 bytes, a length Python keeps as a shared small int, where the end offset would be an
-    int object per node (a tenth of the IR's memory)."""
+    int object per node."""
 
     __slots__ = ("k", "line", "col", "sb", "size", "f")
 

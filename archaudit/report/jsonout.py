@@ -75,9 +75,9 @@ def to_json(result, reg: Registry) -> str:
 
 def json_pieces(result, reg: Registry):
     """The report's JSON text (to_json) as pieces, one list item at a time, to be written as they
-    come: json's indented encoder makes a list of every token before joining them (on
-    flashinfer + sglang, 74 MB of JSON took about 250 MB more memory than the text itself), and
-    neither the whole report object nor its whole text need exist at once."""
+    come: json's indented encoder makes a list of every token before joining them (several times
+    the memory of the text itself), and neither the whole report object nor its whole text need
+    exist at once."""
     return _object_text(report_sections(result, reg))
 
 
