@@ -8,12 +8,14 @@ worker, RSS along the scan's phases, and optionally what holds the heap at one p
 
 The scan runs in this process exactly as `archaudit scan SP -t sm_120 --no-cache` (the CLI's
 own command, with the arguments after --), so the workers are this process's children. A
-thread samples /proc every 0.2 s: this process's VmRSS with the last progress message (the phase),
+thread samples /proc every 0.05 s: this process's VmRSS with the last progress message (the phase),
 and each child's VmHWM (its peak) with the phase it was first seen in. At the end, the scan
 process's own peak (getrusage RUSAGE_SELF) and the largest reaped child's (RUSAGE_CHILDREN).
 The walk (--walk) stops the analysis thread while it sums sys.getsizeof over what each holder
-reaches (the first holder listed claims what several share), then over every object by type;
-it costs about a minute and is not counted in the timeline. Nothing scanned is imported.
+reaches (the first holder listed claims what several share), with the largest types of each;
+its time is left out of the timeline's clock, and its own id sets raise the RSS it prints.
+Also counted: the phases inside the verdicts (Inventory.judge, build_flag_findings) and the TU
+analyses run in the scan process itself rather than in the CUDA worker. Nothing scanned is imported.
 """
 from __future__ import annotations
 
