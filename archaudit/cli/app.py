@@ -98,22 +98,25 @@ def scan(path, targets, fmt, output, quiet, verdicts, packages, include, exclude
     result, left_out = scope_result(result, flt)
     result = sci.apply(result, reg, keep=flt.keeps_item)  # SARIF is written here
     result = verdict_result(result, flt, left_out)
+    # the patcher holds the Python IR and the call graph (for `archaudit patch`), which no report
+    # reads: freed, the report is built in their memory instead of on top of it
+    result.patcher = None
     text = _report(result, reg, fmt, path, show_all)
     if text is not None:
         write_output(text, output)
     sci.finish()
 
 
-def _report(result, reg, fmt, path, show_all) -> str | None:
-    """The report as text to write, or None when it is written already (SARIF, by ScanCI) or
-    drawn on the terminal (table)."""
+def _report(result, reg, fmt, path, show_all):
+    """The report as text to write (a str, or for JSON an iterator of its pieces), or None when
+    it is written already (SARIF, by ScanCI) or drawn on the terminal (table)."""
     if fmt == "sarif":
         return None
     if fmt == "json":
         # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
-        from ..report.jsonout import to_json
+        from ..report.jsonout import json_pieces
 
-        return to_json(result, reg)
+        return json_pieces(result, reg)
     # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
     from ..report.text import View, render_table, render_text
 

@@ -79,10 +79,12 @@ def check_output(output: str | None, directory_ok: bool = False) -> None:
         raise click.BadParameter(f"{output}: not writable", param_hint="--output")
 
 
-def write_file(path, text: str) -> None:
+def write_file(path, text) -> None:
     """Write a report file as a new file renamed onto `path`: a symlink committed at that path
     (a pull request's `archaudit-sarif/archaudit-sm_120.sarif -> ~/.bashrc`) is replaced, never
-    written through, and a FIFO there cannot block the run. Created with the usual permissions."""
+    written through, and a FIFO there cannot block the run. Created with the usual permissions.
+    text: a str, or an iterator of str pieces written one after the other (a long report is
+    never held whole)."""
     # lazy: a command's imports load only when it runs, so `archaudit --help` stays quick
     import tempfile
 
@@ -93,7 +95,10 @@ def write_file(path, text: str) -> None:
         os.umask(mask)
         os.fchmod(fd, 0o666 & ~mask)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+            if isinstance(text, str):
+                fh.write(text)
+            else:
+                fh.writelines(text)
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -103,12 +108,16 @@ def write_file(path, text: str) -> None:
         raise
 
 
-def write_output(text: str, output: str | None) -> None:
-    """The report to the file `output` (see write_file), or to stdout when there is none."""
+def write_output(text, output: str | None) -> None:
+    """The report to the file `output` (see write_file), or to stdout when there is none. text:
+    a str or an iterator of str pieces."""
     if output:
         write_file(output, text)
-    else:
+    elif isinstance(text, str):
         click.echo(text, nl=False)
+    else:
+        for piece in text:
+            click.echo(piece, nl=False)
 
 
 # --- options several commands take, each declared once -------------------------------------

@@ -20,23 +20,35 @@ import tree_sitter_python
 
 class N:
     """An IR node: kind `k`, position (line and 1-based column, byte range [sb, eb)), and the
-    fields of its kind in `f`, a dict whose keys NODE_FIELDS lists per kind."""
+    fields of its kind in `f`, a dict whose keys NODE_FIELDS lists per kind.
 
-    __slots__ = ("k", "line", "col", "sb", "eb", "f")
+    The end byte is kept as the node's length (`eb` reads sb + length): most nodes are shorter
+    than 257 bytes, a length Python keeps as a shared small int, where the end offset would be an
+    int object per node."""
+
+    __slots__ = ("k", "line", "col", "sb", "size", "f")
 
     def __init__(self, k: str, line: int, col: int, sb: int, eb: int, f: dict):
         self.k = k
         self.line = line
         self.col = col
         self.sb = sb
-        self.eb = eb
+        self.size = eb - sb
         self.f = f
 
+    @property
+    def eb(self) -> int:
+        return self.sb + self.size
+
+    @eb.setter
+    def eb(self, value: int) -> None:
+        self.size = value - self.sb
+
     def __getstate__(self):
-        return (self.k, self.line, self.col, self.sb, self.eb, self.f)
+        return (self.k, self.line, self.col, self.sb, self.size, self.f)
 
     def __setstate__(self, s):
-        self.k, self.line, self.col, self.sb, self.eb, self.f = s
+        self.k, self.line, self.col, self.sb, self.size, self.f = s
 
     def __repr__(self) -> str:  # for debugging and test failure messages
         return f"N({self.k}@{self.line}:{self.col} {self.f!r})"
