@@ -42,7 +42,9 @@ class FlagEval:
     def __init__(self, resolver: Resolver, ce: ConstEval):
         self.r = resolver
         self.ce = ce
-        self._conds: dict[int, dict[int, tuple[str, ...]]] = {}  # id(body) -> id(node) -> conditions
+        # id(body) -> (body, id(node) -> conditions); the body is held so that its id, and those
+        # of its statements, cannot be reused by nodes parsed later (an evicted module's again)
+        self._conds: dict[int, tuple[list, dict[int, tuple[str, ...]]]] = {}
         # parameters bound to the arguments of one call site: (function, param) -> (ctx, node, condition)
         self.bound: dict[tuple[str, str], tuple[Ctx, N | None, tuple]] = {}
 
@@ -309,10 +311,10 @@ class FlagEval:
 
     def _conditions(self, c: Ctx, body: list) -> dict[int, tuple[str, ...]]:
         """id(statement or assigned value) -> the tests it sits under (if/elif/else, loops, except)."""
-        got = self._conds.get(id(body))
-        if got is not None:
-            return got
-        got = {}
+        held = self._conds.get(id(body))
+        if held is not None and held[0] is body:
+            return held[1]
+        got: dict[int, tuple[str, ...]] = {}
 
         def visit(stmts: list, cond: tuple):
             for st in stmts:
@@ -341,7 +343,7 @@ class FlagEval:
                     visit(st.f["body"], cond)
 
         visit(body, ())
-        self._conds[id(body)] = got
+        self._conds[id(body)] = (body, got)
         return got
 
 
