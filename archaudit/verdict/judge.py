@@ -1098,9 +1098,9 @@ def module_refs(analysis, mods) -> dict[str, ModuleRef]:
 def _builder_call_in_region(analysis, bm: BehindModule) -> tuple[str, int] | None:
     """For a chain that reaches the module through what the region's function returns (a
     `caller-value` link right after the region: `return gen_x(..., extra_cuda_cflags=flags)`
-    built by a caller): the one
-    call of the module's builder function in the region's function, which made the returned
-    spec and binds its flags; None when there is not exactly one."""
+    built by a caller): the one call of the module's builder function in the region's
+    function, which made the returned spec and binds its flags; None when there is not exactly
+    one."""
     if len(bm.chain) < 2 or bm.chain[0].kind != "region" or bm.chain[1].how != "caller-value":
         return None
     first = bm.chain[0]
