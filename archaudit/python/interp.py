@@ -1114,21 +1114,7 @@ class Interp:
         return self._getattr(base, n.f["attr"], n)
 
     def _getattr(self, base: AV, attr: str, n: N | None) -> AV:
-        results: dict = {}
-        out = []
-        for s in base.sets:
-            r = results.get(s)
-            if r is None:
-                acc = None
-                for v in s:
-                    rv = self._getattr1(v, attr)
-                    acc = rv if acc is None else self.dom.union(acc, rv)
-                r = results[s] = acc if acc is not None else self.dom.OPAQUE
-            out.append(r)
-        if len(results) == 1:
-            res = next(iter(results.values()))
-        else:
-            res = AV(tuple(r.sets[i] for i, r in enumerate(out)))
+        res = self.dom.flat_map(base, lambda v: self._getattr1(v, attr))
         if not self.arch_dependent(res) and n is not None:
             rule = self.rules.predicate_admits(attr)
             if rule is not None and self._unknownish(base) and self._unknownish(res):
@@ -1602,20 +1588,7 @@ class Interp:
                                  expr_node=n, extra={"flags": flags})
 
     def _call_value(self, func: AV, args: list[AV], kwargs: dict, callee_name: str | None) -> AV:
-        cache: dict = {}
-        out = []
-        for s in func.sets:
-            r = cache.get(s)
-            if r is None:
-                acc = None
-                for f in s:
-                    rv = self._call1(f, args, kwargs, callee_name)
-                    acc = rv if acc is None else self.dom.union(acc, rv)
-                r = cache[s] = acc if acc is not None else self.dom.OPAQUE
-            out.append(r)
-        if len(cache) == 1:
-            return next(iter(cache.values()))
-        return AV(tuple(r.sets[i] for i, r in enumerate(out)))
+        return self.dom.flat_map(func, lambda f: self._call1(f, args, kwargs, callee_name))
 
     def _call1(self, f, args: list[AV], kwargs: dict, callee_name: str | None) -> AV:
         if isinstance(f, FuncRef):
