@@ -24,6 +24,7 @@ without a file and the reason.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Callable
 
 from ..parsing.python_ir import N, dotted_name
 from .consteval import Alt, ConstEval, PathV, Unknown
@@ -169,6 +170,18 @@ class _Fn:
         return not any(c in self._exits for c in inner)
 
 
+def _through_bindings(defs: list[_Def], follow: Callable[[_Def], list[Origin]], where: str, what: str) -> list[Origin]:
+    """The origins of a name through its reaching bindings: `follow(d)` for each assignment, and
+    an unknown origin for any other binding of `what` (a loop target, a `with`, an unpacking)."""
+    out: list[Origin] = []
+    for d in defs:
+        if d.kind == "assign":
+            out.extend(follow(d))
+        else:
+            out.append(Origin("unknown", None, where, f"{what} is bound by a {d.kind} statement"))
+    return out
+
+
 def _compatible(a: tuple, b: tuple) -> bool:
     arms = dict(a)
     return all(arms.get(k, arm) == arm for k, arm in b)
@@ -243,13 +256,8 @@ class Generated:
                 if isinstance(v, str):
                     return [Origin("text", None, where, text=v)]
                 return [Origin("unknown", None, where, f"`{name}` is {v}, not a file of the scan")]
-            out: list[Origin] = []
-            for d in defs:
-                if d.kind == "assign":
-                    out.extend(self._text(fn, d.stmt, d.value, env, where, depth + 1))
-                else:
-                    out.append(Origin("unknown", None, where, f"`{name}` is bound by a {d.kind} statement"))
-            return out
+            return _through_bindings(defs, lambda d: self._text(fn, d.stmt, d.value, env, where, depth + 1),
+                                     where, f"`{name}`")
         if e.k == "call":
             f = e.f["func"]
             if f.k == "attr" and f.f["attr"] in self.rules.render_methods:
@@ -287,13 +295,8 @@ class Generated:
             defs = fn.reaching(recv.f["id"], at, used=True)
             if not defs:
                 return [Origin("unknown", None, where, f"template `{recv.f['id']}` is not bound in {fn.ctx.qualname}")]
-            out = []
-            for d in defs:
-                if d.kind == "assign":
-                    out.extend(self._template(fn, d.stmt, d.value, env, where, depth + 1))
-                else:
-                    out.append(Origin("unknown", None, where, f"template `{recv.f['id']}` is bound by a {d.kind} statement"))
-            return out
+            return _through_bindings(defs, lambda d: self._template(fn, d.stmt, d.value, env, where, depth + 1),
+                                     where, f"template `{recv.f['id']}`")
         if recv.k == "call" and _last(recv.f["func"]) in self.rules.template_classes and recv.f["args"]:
             out = []
             for o in self._text(fn, at, recv.f["args"][0], env, where, depth + 1):

@@ -12,6 +12,7 @@ import builtins
 import re
 from dataclasses import dataclass
 
+from ..parsing.brackets import split_top_level_commas
 from ..parsing.python_ir import N, dotted_name
 from ..python.index import Index, ModuleInfo, flatten_top
 from ..python.pybytes import may_hold_global_statement
@@ -177,19 +178,7 @@ def param_annotations(src: bytes, node: N) -> dict[str, str]:
         j += 1
     params = head[i + 1 : j].decode("utf-8", "replace")
     out = {}
-    depth, cur, parts = 0, [], []
-    for ch in params:
-        if ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-        if ch == "," and depth == 0:
-            parts.append("".join(cur))
-            cur = []
-        else:
-            cur.append(ch)
-    parts.append("".join(cur))
-    for p in parts:
+    for p in split_top_level_commas(params):
         p = p.split("=", 1)[0]
         if ":" in p:
             name, ann = p.split(":", 1)

@@ -242,16 +242,23 @@ def ptx_hits(text: str) -> list[tuple[str, int, str]]:
     return list(_ptx_hits(text))
 
 
+def _rules_that_may_match(kind: str, text: str):
+    """The feature rules of `kind` whose pattern may match `text`: a rule whose every alternative
+    starts with a literal is left out when none of those literals is in the text."""
+    for r in _rules():
+        if r.kind != kind:
+            continue
+        prefixes = _literal_prefixes(r.pattern.pattern)
+        if prefixes is not None and not any(pf in text for pf in prefixes):
+            continue
+        yield r
+
+
 @lru_cache(maxsize=8192)
 def _ptx_hits(text: str) -> tuple[tuple[str, int, str], ...]:
     # the same asm templates recur across CUTLASS's headers (and a TU's expansions)
     out = []
-    for r in _rules():
-        if r.kind != "ptx":
-            continue
-        pf = _literal_prefixes(r.pattern.pattern)
-        if pf is not None and not any(p in text for p in pf):
-            continue
+    for r in _rules_that_may_match("ptx", text):
         m = r.pattern.search(text)
         if m:
             out.append((r.id, m.start(), m.group()))
@@ -450,12 +457,7 @@ def _macro_atoms(sc: cpp.Scan, prog) -> list[IdentHit]:
         return []
     text = "\n".join(sc.code[d.start:d.end] for d in defines)
     out = []
-    for r in _rules():
-        if r.kind != "atom":
-            continue
-        prefixes = _literal_prefixes(r.pattern.pattern)
-        if prefixes is not None and not any(pf in text for pf in prefixes):
-            continue
+    for r in _rules_that_may_match("atom", text):
         for d in defines:
             name = _DEFINE_NAME.match(d.text)
             if name is None:

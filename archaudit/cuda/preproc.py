@@ -36,20 +36,22 @@ from .includes import IncludeResolver, Resolution
 YES, NO, MAYBE = True, False, None  # region states (tri-valued)
 
 
-def t_and(a, b):
-    if a is False or b is False:
-        return False
+def _kleene(a, b, absorbing: bool):
+    """Three-valued AND (absorbing False) or OR (absorbing True): the absorbing value wins over
+    MAYBE, and MAYBE wins over the other value."""
+    if a is absorbing or b is absorbing:
+        return absorbing
     if a is None or b is None:
         return None
-    return True
+    return not absorbing
+
+
+def t_and(a, b):
+    return _kleene(a, b, False)
 
 
 def t_or(a, b):
-    if a is True or b is True:
-        return True
-    if a is None or b is None:
-        return None
-    return False
+    return _kleene(a, b, True)
 
 
 def t_not(a):
@@ -58,11 +60,7 @@ def t_not(a):
 
 def t_merge(a, b):
     """State of a region reached by two inclusions: compiled if either compiles it."""
-    if a is True or b is True:
-        return True
-    if a is None or b is None:
-        return None
-    return False
+    return t_or(a, b)
 
 
 # --- per-file program --------------------------------------------------------------------------
@@ -979,11 +977,8 @@ class Preprocessor:
             if not m.certain:
                 out.append(_UNKNOWN)
                 continue
-            repl = self._substitute(m, args, nh)
-            if repl is None:
+            if not self._push_expansion(m, args, nh, work):
                 out.append(_UNKNOWN)
-                continue
-            work.extendleft(reversed(repl))
         return out
 
     def _not_expanded(self, t: str, m: Macro | None, hs: frozenset, work: deque):
@@ -1007,6 +1002,15 @@ class Preprocessor:
             _take_call(work)
             return _UNKNOWN
         return _UNKNOWN if pol is None else Operand(0)
+
+    def _push_expansion(self, m: Macro, args: list[list], nh: frozenset, work: deque) -> bool:
+        """Put the expansion of the function-like macro `m` called with `args` back in front of
+        `work` to be rescanned (hidden set `nh`); False when the arguments cannot be substituted."""
+        repl = self._substitute(m, args, nh)
+        if repl is None:
+            return False
+        work.extendleft(reversed(repl))
+        return True
 
     def _substitute(self, m: Macro, args: list[list], nh: frozenset):
         params = m.params
@@ -1135,11 +1139,8 @@ class Preprocessor:
             args = _take_args(work)
             if args is None:
                 return out + [t]
-            repl = self._substitute(m, args, nh)
-            if repl is None:
+            if not self._push_expansion(m, args, nh, work):
                 out.append(_UNKNOWN)
-                continue
-            work.extendleft(reversed(repl))
         return out
 
     def _defined(self, name: str):

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from ..model import CPP_RUNTIME_CHECK, Gate
 from ..parsing import cpp
+from ..parsing.brackets import split_top_level_commas
 from ..python.pybytes import WORD_BYTE
 from ..targets import registry
 from .preproc import ExprParser, Operand, parse_int, tokenize
@@ -92,19 +93,7 @@ def matching_paren(text: str, open_at: int) -> int:
 
 
 def _split_args(s: str) -> list[str]:
-    out, depth, cur = [], 0, []
-    for c in s:
-        if c in "([{":
-            depth += 1
-        elif c in ")]}":
-            depth -= 1
-        if c == "," and depth == 0:
-            out.append("".join(cur))
-            cur = []
-        else:
-            cur.append(c)
-    out.append("".join(cur))
-    return [a.strip() for a in out]
+    return [a.strip() for a in split_top_level_commas(s)]
 
 
 def _find_checks(sc: cpp.Scan) -> list[_Check]:

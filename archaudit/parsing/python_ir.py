@@ -832,14 +832,7 @@ class _Converter:
 
     def _e_boolop(self, ts) -> N:
         """`left and right`, `left or right`."""
-        op = ts.child_by_field_name("operator")
-        return self.mk(
-            "boolop",
-            ts,
-            op=self.text(op) if op else "and",
-            left=self.expr(ts.child_by_field_name("left")),
-            right=self.expr(ts.child_by_field_name("right")),
-        )
+        return self._two_operands("boolop", ts, "and")
 
     def _e_not(self, ts) -> N:
         """`not value`."""
@@ -852,11 +845,16 @@ class _Converter:
 
     def _e_binop(self, ts) -> N:
         """A binary operator."""
+        return self._two_operands("binop", ts, "?")
+
+    def _two_operands(self, kind: str, ts, default_op: str) -> N:
+        """A node of `kind` with fields op (the operator's text, `default_op` where the tree has
+        none), left and right."""
         op = ts.child_by_field_name("operator")
         return self.mk(
-            "binop",
+            kind,
             ts,
-            op=self.text(op) if op else "?",
+            op=self.text(op) if op else default_op,
             left=self.expr(ts.child_by_field_name("left")),
             right=self.expr(ts.child_by_field_name("right")),
         )

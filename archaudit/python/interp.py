@@ -1114,21 +1114,7 @@ class Interp:
         return self._getattr(base, n.f["attr"], n)
 
     def _getattr(self, base: AV, attr: str, n: N | None) -> AV:
-        results: dict = {}
-        out = []
-        for s in base.sets:
-            r = results.get(s)
-            if r is None:
-                acc = None
-                for v in s:
-                    rv = self._getattr1(v, attr)
-                    acc = rv if acc is None else self.dom.union(acc, rv)
-                r = results[s] = acc if acc is not None else self.dom.OPAQUE
-            out.append(r)
-        if len(results) == 1:
-            res = next(iter(results.values()))
-        else:
-            res = AV(tuple(r.sets[i] for i, r in enumerate(out)))
+        res = self.dom.flat_map(base, self._getattr1, attr)
         if not self.arch_dependent(res) and n is not None:
             rule = self.rules.predicate_admits(attr)
             if rule is not None and self._unknownish(base) and self._unknownish(res):
@@ -1406,7 +1392,7 @@ class Interp:
 
         if callee_name in _MUTATORS and fn_node.k == "attr":
             self._forget_mutated(fn_node.f["value"], fr)
-        result = self._call_value(func, args, kwargs, callee_name)
+        result = self.dom.flat_map(func, self._call1, args, kwargs, callee_name)
         if callee_name in self.rules.target_predicates and not self.arch_dependent(result) and self._unknownish(func):
             # defined outside Python (tilelang's C++ through tvm_ffi): the rules say what it tests
             return self._target_predicate(callee_name, args)
@@ -1600,22 +1586,6 @@ class Interp:
                     flags = [x for x in v if "arch" in x or "code=" in x]
                     self._record(fr, n, NVCC_FLAGS, adm, [], [f"{kw}: {' '.join(flags)}"], "argument",
                                  expr_node=n, extra={"flags": flags})
-
-    def _call_value(self, func: AV, args: list[AV], kwargs: dict, callee_name: str | None) -> AV:
-        cache: dict = {}
-        out = []
-        for s in func.sets:
-            r = cache.get(s)
-            if r is None:
-                acc = None
-                for f in s:
-                    rv = self._call1(f, args, kwargs, callee_name)
-                    acc = rv if acc is None else self.dom.union(acc, rv)
-                r = cache[s] = acc if acc is not None else self.dom.OPAQUE
-            out.append(r)
-        if len(cache) == 1:
-            return next(iter(cache.values()))
-        return AV(tuple(r.sets[i] for i, r in enumerate(out)))
 
     def _call1(self, f, args: list[AV], kwargs: dict, callee_name: str | None) -> AV:
         if isinstance(f, FuncRef):

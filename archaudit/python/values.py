@@ -302,6 +302,27 @@ class Domain:
             return a
         return AV(tuple(cap(x | y) for x, y in zip(a.sets, b.sets)))
 
+    def flat_map(self, av: AV, f: Callable[..., AV], *extra) -> AV:
+        """Pointwise over the GPUs: the union of the AVs f(v, *extra) for each value v a GPU's set
+        may hold, read at that GPU (OPAQUE for an empty set). f runs once per value of each
+        distinct set; where every GPU has the same set, the union itself is returned. The
+        arguments go to f directly rather than through a closure: f may recurse into the
+        interpreter, and each frame here counts toward the recursion limit."""
+        cache: dict = {}
+        out = []
+        for s in av.sets:
+            r = cache.get(s)
+            if r is None:
+                acc = None
+                for v in s:
+                    rv = f(v, *extra)
+                    acc = rv if acc is None else self.union(acc, rv)
+                r = cache[s] = acc if acc is not None else self.OPAQUE
+            out.append(r)
+        if len(cache) == 1:
+            return next(iter(cache.values()))
+        return AV(tuple(r.sets[i] for i, r in enumerate(out)))
+
 
 def _uniform(sets: tuple) -> bool:
     """Are all the per-GPU sets equal? (tuple.count tests identity first: AVs made for every

@@ -921,68 +921,95 @@ def behind_from_callgraph(analysis) -> BehindFn:
         dsl_calls = _dsl_calls(analysis, gate, calls_out)
         new_skips = sorted(analysis.graph.skip_log)
         analysis.graph.skip_log = None
-        # `if C: return "mnnvl"` in a resolver: its callers' branches were followed, but not which
-        # returned value leads where, so what they reach is not shown to be what C enables (a
-        # call the value flows into, "caller:value", is reached with the value C selects; one into
-        # a function that branches on it, "value-dispatch", is not)
-        by_value = ""
-        if mods and all(bm.arm.endswith("value-dispatch") for bm in mods):
-            by_value = ("the gate selects a value, and the modules were reached only through functions it is passed "
-                        "to that branch on it; which value leads to them is not followed")
-        elif gate.region == "branch" and mods and all(bm.arm.startswith("caller:") and bm.arm != "caller:value"
-                                                      for bm in mods):
-            by_value = ("the gate selects a value its function returns, and the modules were reached only through "
-                        "its callers' branches; which returned value leads to them is not followed")
-        # `if backend == "cutedsl": if not ok: raise ...; return backend`: the refusal guards one
-        # case of what the function returns, while its callers' code was followed for every value
-        if (gate.region == "after-early-exit" and mods and gate.path.endswith(".py") and all(
-                any(x.how in ("caller-branch", "caller-value", "caller-value-dispatch") for x in bm.chain)
-                for bm in mods)):
-            outer = next((t for t in _tests_before(analysis, gate) if t[0] in ("then-of", "else-of")), None)
-            if outer is not None:
-                by_value = (f"the refusal sits inside `if {outer[3]}:` (line {outer[1]}), one case of what its function "
-                            f"returns, and the modules were reached only through its callers' branches; which "
-                            f"returned value leads to them is not followed")
+        by_value = _selected_value_reason(analysis, gate, mods)
         if mods and all(bm.arm.endswith(PARTLY) for bm in mods):
-            names = sorted({bm.module.name for bm in mods})
-            why = f"{PARTLY_REASON}: {', '.join(names[:3])}" + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-            return Behind([], reason=why, outside=outside, dsl_calls=dsl_calls)
+            return Behind([], reason=_partly_reason(mods), outside=outside, dsl_calls=dsl_calls)
         ambiguous: list[str] = []
         if not mods:
             mods, ambiguous = _through_config_keys(analysis, gate)
         if not mods and not ext_refs and not _binary_sinks_in(analysis, {gate.function}):
-            why = "no JIT module is reached from the region this gate guards"
-            if ambiguous:
-                why += "; " + "; ".join(ambiguous)
-            if new_skips:
-                why += ("; callers not searched (name in too many modules): "
-                        + ", ".join(f"{q} ({skipped[q]})" for q in new_skips[:3]))
-            if dsl_calls:
-                return Behind([], reason=why, outside=outside, dsl_calls=dsl_calls)
-            if any(x.arm.endswith(PARTLY) and dsl_rule_for(x.callee) for x in calls_out):
-                return Behind([], reason=f"{why}; {PARTLY_REASON} (CuTe DSL calls)", outside=outside)
-            if not ambiguous and not new_skips and not outside and gate.path.endswith(".py"):
-                conf = _confiner(analysis).check(gate)
-                if conf.confined:
-                    return Behind([], reason=conf.reason, no_gpu_code=True)
-                why += f"; not shown free of GPU code: {conf.reason}"
-            return Behind([], reason=why, outside=outside)
+            not_searched = {q: skipped[q] for q in new_skips[:3]}
+            return _nothing_reached(analysis, gate, ambiguous, not_searched, calls_out, outside, dsl_calls)
         refs = module_refs(analysis, mods)
         refs.update(ext_refs)
-        # prebuilt code loaded on the way (cubins fetched at run time, downloaded .so files):
-        # looked for in the gate's function, every function on a chain and each module's builder
-        funcs = {gate.function} | {x.text for bm in mods for x in bm.chain if x.kind == "call"}
-        funcs |= {bm.module.function for bm in mods}
-        for sink in _binary_sinks_in(analysis, funcs):
-            key = f"binary:{sink.path}:{sink.line}"
-            refs.setdefault(key, ModuleRef(sink.artifact or sink.loader, [], [Link(
-                "binary", sink.path, sink.line, f"{sink.loader}: {sink.artifact or '?'}", sink.how)],
-                binary={"sink": sink}))
+        _add_binary_sinks(analysis, gate, mods, refs)
         return Behind(sorted(refs.values(), key=lambda r: r.name), reason=by_value, outside=outside, dsl_calls=dsl_calls)
 
     behind.work = lambda: analysis.graph.work  # the steps judge_gates charges to each module
     behind.limit = lambda n: setattr(analysis.graph, "limit", n)  # and where it stops a search
     return behind
+
+
+def _selected_value_reason(analysis, gate: Gate, mods) -> str:
+    """Why the modules reached are not shown to be what the gate enables when the gate selects a
+    value rather than a path ("" when they are).
+
+    `if C: return "mnnvl"` in a resolver: its callers' branches were followed, but not which
+    returned value leads where, so what they reach is not shown to be what C enables (a call the
+    value flows into, "caller:value", is reached with the value C selects; one into a function
+    that branches on it, "value-dispatch", is not)."""
+    by_value = ""
+    if mods and all(bm.arm.endswith("value-dispatch") for bm in mods):
+        by_value = ("the gate selects a value, and the modules were reached only through functions it is passed "
+                    "to that branch on it; which value leads to them is not followed")
+    elif gate.region == "branch" and mods and all(bm.arm.startswith("caller:") and bm.arm != "caller:value"
+                                                  for bm in mods):
+        by_value = ("the gate selects a value its function returns, and the modules were reached only through "
+                    "its callers' branches; which returned value leads to them is not followed")
+    # `if backend == "cutedsl": if not ok: raise ...; return backend`: the refusal guards one
+    # case of what the function returns, while its callers' code was followed for every value
+    if (gate.region == "after-early-exit" and mods and gate.path.endswith(".py") and all(
+            any(x.how in ("caller-branch", "caller-value", "caller-value-dispatch") for x in bm.chain)
+            for bm in mods)):
+        outer = next((t for t in _tests_before(analysis, gate) if t[0] in ("then-of", "else-of")), None)
+        if outer is not None:
+            by_value = (f"the refusal sits inside `if {outer[3]}:` (line {outer[1]}), one case of what its function "
+                        f"returns, and the modules were reached only through its callers' branches; which "
+                        f"returned value leads to them is not followed")
+    return by_value
+
+
+def _partly_reason(mods) -> str:
+    """The reason for modules that all lie after a refusal on a path that also runs without the gate."""
+    names = sorted({bm.module.name for bm in mods})
+    return f"{PARTLY_REASON}: {', '.join(names[:3])}" + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
+def _nothing_reached(analysis, gate: Gate, ambiguous: list[str], not_searched: dict[str, int], calls_out,
+                     outside, dsl_calls) -> Behind:
+    """The answer for a gate behind which no JIT module, torch op or prebuilt binary is reached: the
+    reasons the search may have missed one (ambiguous config keys; callers not searched: name ->
+    modules naming it), and for a
+    Python gate with nothing else open, whether the confinement check shows it decides only Python."""
+    why = "no JIT module is reached from the region this gate guards"
+    if ambiguous:
+        why += "; " + "; ".join(ambiguous)
+    if not_searched:
+        why += ("; callers not searched (name in too many modules): "
+                + ", ".join(f"{q} ({n})" for q, n in not_searched.items()))
+    if dsl_calls:
+        return Behind([], reason=why, outside=outside, dsl_calls=dsl_calls)
+    if any(x.arm.endswith(PARTLY) and dsl_rule_for(x.callee) for x in calls_out):
+        return Behind([], reason=f"{why}; {PARTLY_REASON} (CuTe DSL calls)", outside=outside)
+    if not ambiguous and not not_searched and not outside and gate.path.endswith(".py"):
+        conf = _confiner(analysis).check(gate)
+        if conf.confined:
+            return Behind([], reason=conf.reason, no_gpu_code=True)
+        why += f"; not shown free of GPU code: {conf.reason}"
+    return Behind([], reason=why, outside=outside)
+
+
+def _add_binary_sinks(analysis, gate: Gate, mods, refs: dict) -> None:
+    """Add to `refs` the prebuilt code loaded on the way (cubins fetched at run time, downloaded
+    .so files): looked for in the gate's function, every function on a chain and each module's
+    builder."""
+    funcs = {gate.function} | {x.text for bm in mods for x in bm.chain if x.kind == "call"}
+    funcs |= {bm.module.function for bm in mods}
+    for sink in _binary_sinks_in(analysis, funcs):
+        key = f"binary:{sink.path}:{sink.line}"
+        refs.setdefault(key, ModuleRef(sink.artifact or sink.loader, [], [Link(
+            "binary", sink.path, sink.line, f"{sink.loader}: {sink.artifact or '?'}", sink.how)],
+            binary={"sink": sink}))
 
 
 # a test that may choose by GPU: a DSL call under one is not taken as made on every GPU
