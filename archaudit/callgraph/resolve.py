@@ -873,21 +873,28 @@ class Resolver:
             return m
         m = {}
         self._iattrs[cls] = m
+        for mctx, s, owner, attr in self._method_attr_assigns(cls):
+            if mctx.self_name and not mctx.self_name.startswith("@") and owner == mctx.self_name:
+                m.setdefault(attr, []).append((mctx, s.f["value"], s.f["annotation"]))
+        return m
+
+    def _method_attr_assigns(self, cls: str):
+        """(method ctx, assignment, owner name, attribute) for each `owner.attribute = value`
+        target in the methods of the class `cls` (nothing when it is not a scanned class)."""
         c = self.ctx(cls)
         if c is None or c.kind != "class":
-            return m
+            return
         for st in flatten_top(c.node.f["body"]):
             if st.k != "def":
                 continue
             mctx = self.ctx(f"{cls}.{st.f['name']}")
-            if mctx is None or not mctx.self_name or mctx.self_name.startswith("@"):
+            if mctx is None:
                 continue
             for s in iter_stmts(st.f["body"]):
                 if s.k == "assign":
                     for t in s.f["targets"]:
-                        if t.k == "attr" and t.f["value"].k == "name" and t.f["value"].f["id"] == mctx.self_name:
-                            m.setdefault(t.f["attr"], []).append((mctx, s.f["value"], s.f["annotation"]))
-        return m
+                        if t.k == "attr" and t.f["value"].k == "name":
+                            yield mctx, s, t.f["value"].f["id"], t.f["attr"]
 
     def class_member(self, cls: str, attr: str, depth: int, on_instance: bool) -> tuple:
         for i, c in enumerate(self.mro(cls)):
@@ -1202,13 +1209,19 @@ class Resolver:
         chain = self._self_chain(fctx, e)
         if chain is None or fctx.cls is None:
             return None
-        got = self._class_attr_values(fctx.cls, chain[0], depth, set())
+        got = self._chain_values(fctx.cls, chain, depth, set())
+        if not got or any(r.kind == "unresolved" and not _is_parameter(r) for r in got):
+            return None
+        return got
+
+    def _chain_values(self, cls: str, chain: list[str], depth: int, seen: set) -> tuple | None:
+        """`self.a.b` in a method of `cls` (chain ["a", "b"]): the attribute's values (see
+        _class_attr_values), then their attributes along the chain; None when one is not known."""
+        got = self._class_attr_values(cls, chain[0], depth, seen)
         for a in chain[1:]:
             if got is None:
                 return None
             got = self.attr(got, a, depth + 1)
-        if not got or any(r.kind == "unresolved" and not _is_parameter(r) for r in got):
-            return None
         return got
 
     @staticmethod
@@ -1243,36 +1256,19 @@ class Resolver:
             mem = self.members(c)
             if attr in mem:
                 out.extend(self._eval_bindings(cctx, attr, mem[attr], depth + 1, local=False))
-            for mctx, value in self._attr_writes(cctx, attr):
+            cname = c.rsplit(".", 1)[-1]
+            for mctx, st, owner, name in self._method_attr_assigns(c):
+                own = {cname, mctx.self_name.rsplit(":", 1)[-1]} if mctx.self_name else {cname}
+                if name != attr or owner not in own:
+                    continue
+                value = st.f["value"]
                 chain = self._self_chain(mctx, value)
-                if chain is None:
-                    got: tuple | None = self.eval(mctx, value, depth + 1)
-                else:
-                    got = self._class_attr_values(cls, chain[0], depth + 1, seen)
-                    for a in chain[1:]:
-                        got = None if got is None else self.attr(got, a, depth + 1)
+                got = (self.eval(mctx, value, depth + 1) if chain is None
+                       else self._chain_values(cls, chain, depth + 1, seen))
                 if got is None:
                     return None
                 out.extend(got)
         return _dedup(r for r in out if not (r.kind == "const" and r.target == "None"))
-
-    def _attr_writes(self, cctx: Ctx, attr: str) -> list[tuple[Ctx, N]]:
-        """(method, value) of each `self.attr = value`, `cls.attr = value` or `Class.attr = value`
-        in the methods of the class cctx."""
-        out = []
-        cname = cctx.qual.rsplit(".", 1)[-1]
-        for st in flatten_top(cctx.node.f["body"]):
-            if st.k != "def":
-                continue
-            mctx = self.ctx(f"{cctx.mod.name}.{cctx.qual}.{st.f['name']}")
-            if mctx is None:
-                continue
-            own = {cname} | ({mctx.self_name.rsplit(":", 1)[-1]} if mctx.self_name else set())
-            for s in iter_stmts(st.f["body"]):
-                if s.k == "assign" and any(t.k == "attr" and t.f["attr"] == attr and t.f["value"].k == "name"
-                                           and t.f["value"].f["id"] in own for t in s.f["targets"]):
-                    out.append((mctx, s.f["value"]))
-        return out
 
     def sink_key(self, ctx: Ctx, call: N) -> str:
         return f"{ctx.mod.path}:{call.line}:{call.col}"

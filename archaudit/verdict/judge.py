@@ -979,8 +979,8 @@ def _nothing_reached(analysis, gate: Gate, ambiguous: list[str], not_searched: d
                      outside, dsl_calls) -> Behind:
     """The answer for a gate behind which no JIT module, torch op or prebuilt binary is reached: the
     reasons the search may have missed one (ambiguous config keys; callers not searched: name ->
-    modules naming it), and for a
-    Python gate with nothing else open, whether the confinement check shows it decides only Python."""
+    modules naming it), and for a Python gate with nothing else open, whether the confinement
+    check shows it decides only Python."""
     why = "no JIT module is reached from the region this gate guards"
     if ambiguous:
         why += "; " + "; ".join(ambiguous)
@@ -1071,10 +1071,10 @@ def module_refs(analysis, mods) -> dict[str, ModuleRef]:
             x.kind == "jit-module" and (x.path, x.line) != (jm.path, jm.line))), None)
         if via is not None:
             jm = analysis.jit.flags_via(jm, *via) or jm
-        if jm is bm.module:
-            via = _builder_call_in_region(analysis, bm) or via
-            if via is not None:
-                jm = analysis.jit.flags_via(jm, *via) or jm
+        builder = _builder_call_in_region(analysis, bm) if jm is bm.module else None
+        if builder is not None:
+            via = builder
+            jm = analysis.jit.flags_via(jm, *via) or jm
         sources, host, unresolved, notes = [], [], [], []
         texts = {s.path: s.content for s in jm.sources if s.status == "generated" and s.path and s.content is not None}
         for s in jm.sources:
