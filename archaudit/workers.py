@@ -28,8 +28,8 @@ from .sources import DirSource, Source, SourceReader
 def _background(parent: int) -> None:
     """A forked helper that works ahead (C++ host checks, CUDA warm-up) ends with the scan
     (die_with_parent) and runs only on a core nothing else wants: the analysis thread is the
-    scan's critical path, and the parse worker (ParsePool) takes work off it. At nice 5 they
-    took 10 s of CPU from the analysis thread."""
+    scan's critical path, and the parse worker (ParsePool) takes work off it. A nice value
+    alone still lets them take CPU time from the analysis thread."""
     die_with_parent(parent)
     try:
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
@@ -85,7 +85,7 @@ _NAME_BYTE = frozenset(b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrs
 def named_sources(data: bytes) -> set[bytes]:
     """set(_NAMED_SOURCE.findall(data)), searched from the suffixes: a match is a prefix of a
     maximal run of name bytes (_NAME_BYTE), so each run holding a suffix is searched alone (the
-    pattern run over the whole file tries every offset of every name: seconds a corpus)."""
+    pattern run over the whole file tries every offset of every name)."""
     out: set[bytes] = set()
     run_end = -1
     for m in _SOURCE_SUFFIX.finditer(data):
@@ -288,13 +288,12 @@ def _parse_serve(requests, results, claimed, nice: int, parent: int) -> None:
 class ParsePool:
     """One forked process that parses the Python modules the analysis thread is about to load
     (Index.prefetch), from the bytes it is sent, in that order. The analysis thread takes a
-    parse the worker has finished (loads_parsed costs about 6 % of a parse) and parses itself
-    one it has not, claiming it (the worker then skips it): it never waits. A parse depends only
-    on the bytes, so the IR is the same whichever process made it.
-    No thread of this process serves the worker (a ProcessPoolExecutor's threads took the
-    interpreter lock from the analysis thread at every task: 14,000 time slices instead of 1,500
-    in the gate rounds): requests go out in messages of a few MB, and results are read from a
-    pipe when a module is loaded. The worker runs below the analysis thread (nice 5) and above
+    parse the worker has finished (loading a parse costs a small part of making it) and parses
+    itself one it has not, claiming it (the worker then skips it): it never waits. A parse
+    depends only on the bytes, so the IR is the same whichever process made it.
+    No thread of this process serves the worker (a ProcessPoolExecutor's threads would take the
+    interpreter lock from the analysis thread at every task): requests go out in messages of a
+    few MB, and results are read from a pipe when a module is loaded. The worker runs below the analysis thread (nice 5) and above
     the other helpers (SCHED_IDLE, see _background), which only work ahead."""
 
     CAPACITY = 1 << 16  # requests per scan (ids of the claimed array)
