@@ -15,6 +15,9 @@ kept each file's code prefix length and its trailing comment/blank lines) and ol
 same IR (positions included), the same parse errors and decoding verdict, and the same answers to
 every prefilter question the scan asked (module and function level, for all names it used).
 Anything else, and any doubt, means a full scan.
+
+ScanCache is the cache's part in one scan: the pipeline asks it for a stored result before
+anything is analysed (look_up) and hands it the computed one after (store_result).
 """
 from __future__ import annotations
 
