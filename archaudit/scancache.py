@@ -7,7 +7,7 @@ listing with what listing it reported, the bytes of the files, and the targets. 
   mtime, ctime, inode unchanged, and modified well before that snapshot was taken, the way git
   guards against "racy" files) -> the result key -> the stored result. Nothing is read or parsed.
 - one file changed: only that file is read and hashed. If the change cannot affect the analysis
-  (early cutoff: pipeline's `_cutoff`), the previous result is the answer; otherwise the scan runs.
+  (early cutoff: `_cutoff` below), the previous result is the answer; otherwise the scan runs.
 - cold: every input is read and hashed (in worker processes when there is enough to do).
 
 A change is proven irrelevant only when the old bytes can be rebuilt exactly (the previous run
@@ -15,6 +15,9 @@ kept each file's code prefix length and its trailing comment/blank lines) and ol
 same IR (positions included), the same parse errors and decoding verdict, and the same answers to
 every prefilter question the scan asked (module and function level, for all names it used).
 Anything else, and any doubt, means a full scan.
+
+ScanCache is the cache's part in one scan: the pipeline asks it for a stored result before
+anything is analysed (look_up) and hands it the computed one after (store_result).
 """
 from __future__ import annotations
 
@@ -24,13 +27,14 @@ import pickle
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from typing import Callable
 
 from .cache import Cache, digest, digest_file, key_of
 from .children import die_with_parent
 from .progress import adapt_progress
 from .python.pybytes import split_trailer
 from .runtime import default_workers
-from .sources import DirSource, Source, WheelSource, open_source, size_limit
+from .sources import MAX_FILE_BYTES, DirSource, Source, WheelSource, open_source, size_limit
 
 # a stat entry is trusted only for files last modified this long before the snapshot
 RACY_NS = 2_000_000_000
@@ -268,3 +272,158 @@ def inputs_unchanged(source: Source, fp) -> bool:
         if not st.same_stat(cur):
             return False
     return True
+
+
+_PAYLOAD_KEYS = ("gates", "diagnostics", "findings", "modules", "stats", "names")
+
+
+def _payload(v) -> dict | None:
+    if isinstance(v, dict) and all(k in v for k in _PAYLOAD_KEYS):
+        return v
+    return None
+
+
+def _save_run(store: Cache, rkey: str, fp, key: str, tnames: list[str], payload: dict) -> None:
+    store.put("run", rkey, {"snapshot_ns": fp.snapshot_ns, "files": fp.files, "unreadable": sorted(fp.unreadable),
+                            "listing": fp.listing, "whole": fp.whole, "targets": tnames, "result_key": key})
+
+
+def _same_run(prev: dict | None, fp, key: str, tnames: list[str]) -> bool:
+    """Would the run snapshot written now say what the stored one says? When every file's state
+    was taken from the stored snapshot (none read again; unreadable files are retried on every
+    run anyway) and the listing, targets and result are the same, it would differ only in its
+    time, and keeping the older time trusts exactly the same files next run (a file is trusted
+    when modified well before the snapshot; a later change moves its mtime past both times).
+    Not writing it saves pickling and writing 16,000 file states."""
+    if prev is None or prev.get("listing") != fp.listing or prev.get("result_key") != key:
+        return False
+    old = prev.get("files") or {}
+    return (prev.get("targets") == tnames and prev.get("whole") == fp.whole and len(old) == len(fp.files)
+            and prev.get("unreadable") == sorted(fp.unreadable)
+            and all(st is old.get(p) for p, st in fp.files.items()))
+
+
+def _cutoff(source: Source, fp, prev: dict | None, store: Cache, tnames: list[str]) -> dict | None:
+    """The previous result, if every changed file provably cannot change it (early cutoff: see
+    the module's docstring)."""
+    # lazy: a cache hit imports no analysis
+    from .python.gates import cutoff_view
+    from .python.index import words_of
+
+    if prev is None or fp.whole is not None or prev.get("whole") is not None:
+        return None
+    if prev.get("listing") != fp.listing or prev.get("targets") != tnames:
+        return None
+    old_files = prev.get("files") or {}
+    if set(old_files) != set(fp.files) or sorted(fp.unreadable) != prev.get("unreadable"):
+        return None
+    changed = [p for p, st in fp.files.items() if old_files[p].hash != st.hash]
+    if not changed or len(changed) > CUTOFF_MAX_FILES or not all(p.endswith(".py") for p in changed):
+        return None
+    payload = _payload(store.get("result", prev.get("result_key", "")))
+    if payload is None:
+        return None
+    names = payload["names"]
+    for p in changed:
+        new = source.read(p)
+        if new is None or len(new) > MAX_FILE_BYTES:
+            return None
+        old = rebuild_old(new, old_files[p])
+        if old is None:
+            return None
+        a, b = cutoff_view(old, names), cutoff_view(new, names)
+        if a is None or b is None or a[0] != b[0] or a[1] > old_files[p].code_end:
+            return None
+        # which modules name a word (comments included) bounds the call graph's caller search
+        # and is quoted in its notes: a comment that brings a new word may change the result
+        if words_of(old) != words_of(new):
+            return None
+        # a patch quotes context lines, which may reach into a file's trailing comments
+        patches = [f.patch for f in payload["findings"] if f.patch and f"--- {p}\n" in f.patch]
+        if patches:
+            # lazy: a cache hit imports no analysis
+            from .verdict.patch import hunks_unchanged
+
+            o, n = (x.decode("utf-8", "surrogateescape") for x in (old, new))
+            if not all(hunks_unchanged(t, p, o, n) for t in patches):
+                return None
+    return payload
+
+
+def _open_store(cache) -> Cache | None:
+    if cache is None or cache is False:
+        return None
+    if cache is True:
+        return Cache()
+    return cache
+
+
+def result_payload(result, names) -> dict:
+    """What is stored of a computed scan result (a pipeline.ScanResult): its gates, diagnostics,
+    findings, JIT modules and counters (all but the time taken), with the gate scan's names
+    (what an early cutoff compares)."""
+    return {"gates": result.gates, "diagnostics": result.diagnostics, "findings": result.findings,
+            "modules": result.modules,
+            "stats": {k: v for k, v in result.stats.items() if k != "seconds"}, "names": names}
+
+
+@dataclass
+class ScanCache:
+    """The cache's part in one scan: the store (None without a cache), the inputs' fingerprint
+    and the previous run's record with its key (set by look_up), and `info`, how the result was
+    obtained (pipeline.ScanResult.cache)."""
+    store: Cache | None
+    fp: Fingerprint | None = None
+    prev: dict | None = None
+    rkey: str | None = None
+    info: dict = field(default_factory=lambda: {"mode": "off"})
+
+    @classmethod
+    def open(cls, cache) -> "ScanCache":
+        """cache: a Cache, True for the default cache directory, None/False for none."""
+        return cls(_open_store(cache))
+
+    def look_up(self, source: Source, files: list[str], tnames: list[str], workers: int, say) -> dict | None:
+        """Fingerprints the inputs and gives the stored payload (result_payload) when it still
+        holds: stored for the same inputs (a hit), or for inputs whose changes cannot affect it
+        (an early cutoff, stored now under the new key); None without a cache or when the scan
+        must run."""
+        store = self.store
+        if store is None:
+            return None
+        self.rkey = run_key(source)
+        prev = store.get("run", self.rkey)
+        self.prev = prev if isinstance(prev, dict) else None
+        fp = self.fp = fingerprint(source, files, self.prev, workers, say)
+        self.info = {"mode": "miss", "hashed": fp.hashed, "reused": fp.reused}
+        key = fp.key(tnames)
+        payload = _payload(store.get("result", key))
+        mode = "hit"
+        if payload is None:
+            payload = _cutoff(source, fp, self.prev, store, tnames)
+            mode = "cutoff"
+        if payload is None:
+            return None
+        self.info["mode"] = mode
+        self.info["key"] = key  # what commands deriving their output from this result key it by (derived.py)
+        if mode == "cutoff":
+            store.put("result", key, payload)
+        if mode == "cutoff" or not _same_run(self.prev, fp, key, tnames):
+            _save_run(store, self.rkey, fp, key, tnames, payload)
+        self.info.update(store.stats())
+        return payload
+
+    def store_result(self, source: Source, tnames: list[str], payload: dict,
+                     when_stored: Callable[[Cache], None]) -> None:
+        """Stores a computed result's payload under the inputs' fingerprint, and calls
+        when_stored(store) when it is new there (the scan stores what is derived from it),
+        unless there is no cache or an input changed while the scan read it."""
+        store, fp = self.store, self.fp
+        if store is None or fp is None or not inputs_unchanged(source, fp):
+            return
+        key = fp.key(tnames)
+        if store.put("result", key, payload):
+            self.info["key"] = key
+            when_stored(store)
+        _save_run(store, self.rkey, fp, key, tnames, payload)
+        self.info.update(store.stats())

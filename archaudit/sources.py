@@ -813,5 +813,25 @@ def open_source(path: str | os.PathLike | None) -> Source:
     raise SourceError(f"{p}: not a directory or a wheel (.whl)")
 
 
+class SourceReader:
+    """The CUDA side's reader protocol over a Source: bytes or None, never an exception."""
+
+    def __init__(self, source: Source):
+        self.source = source
+
+    def read(self, rel: str) -> bytes | None:
+        try:
+            return self.source.read(rel)
+        except (OSError, SourceError):
+            return None
+
+    def exists(self, rel: str) -> bool:
+        # probing include candidates must not read (a missing file would be a diagnostic)
+        try:
+            return self.source.exists(rel)
+        except (OSError, SourceError):
+            return False
+
+
 if sys.version_info < (3, 10):  # pragma: no cover
     raise RuntimeError("archaudit needs Python 3.10+")

@@ -4,7 +4,7 @@ apart; and the warm-up's named-source search equals its pattern's findall."""
 import re
 
 from archaudit.cuda import features as F
-from archaudit.pipeline import _NAMED_SOURCE, named_sources
+from archaudit.workers import _NAMED_SOURCE, named_sources
 
 # the patterns as they were written before they were made to start with their literal
 PLAIN_SHARED = re.compile(F._SHARED.pattern.replace(

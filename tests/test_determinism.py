@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from archaudit import scancache
+from archaudit import scancache, workers
 from archaudit.cache import Cache
 from archaudit.pipeline import scan
 from archaudit.scancache import rebuild_old, split_trailer
@@ -38,14 +38,38 @@ def pooled(monkeypatch):
     monkeypatch.setattr(scancache, "PARALLEL_MIN_BYTES", 0)
 
 
-def test_workers_and_cache_give_identical_results(tmp_path, pooled):
+@pytest.fixture
+def patient_parse_worker(monkeypatch):
+    """The analysis thread waits for the parse worker's parse of a module it loads instead of
+    parsing the module itself (in a scan it never waits): every module asked for then comes
+    from the worker, and one the worker failed to parse counts as parsed here."""
+    take = workers.ParsePool.take
+
+    def waiting_take(self, path, data, shallow):
+        if (path, shallow) in self.ids:
+            self.receive(timeout=60)
+        return take(self, path, data, shallow)
+
+    monkeypatch.setattr(workers.ParsePool, "take", waiting_take)
+
+
+def test_workers_and_cache_give_identical_results(tmp_path, pooled, patient_parse_worker):
     tree = _tree(tmp_path)
-    base = _key(scan(tree, workers=1))
-    assert _key(scan(tree, workers=2)) == base
+    alone = scan(tree, workers=1)
+    base = _key(alone)
+    assert alone.work["helpers"] == {"parse_worker": None, "host_checks": None, "cuda": None}
+    r = scan(tree, workers=2)
+    assert _key(r) == base
+    # the parse worker ran and made every parse the gate rounds asked of it (no C/C++ files, no
+    # targets: the other helpers have nothing to do)
+    assert r.work["helpers"]["parse_worker"]["taken"] >= 5
+    assert r.work["helpers"]["parse_worker"]["parsed_here"] == 0
+    assert (r.work["helpers"]["host_checks"], r.work["helpers"]["cuda"]) == (None, None)
     c = tmp_path / "c"
     r = scan(tree, workers=2, cache=Cache(c))
     assert r.cache["mode"] == "miss" and r.cache["hashed"] > 0
     assert _key(r) == base
+    assert r.work["helpers"]["parse_worker"]["taken"] >= 5
     r = scan(tree, workers=1, cache=Cache(c))
     assert r.cache["mode"] == "hit"
     assert _key(r) == base
@@ -152,15 +176,22 @@ def test_findings_identical_from_cache(tmp_path, reg):
     assert scan(tree, targets=[reg.parse("sm_90")], cache=Cache(c)).cache["mode"] == "miss"
 
 
-def test_verdicts_are_identical_with_workers_and_cache(tmp_path, pooled, reg):
+def test_verdicts_are_identical_with_workers_and_cache(tmp_path, pooled, patient_parse_worker, reg):
     """The same with --target: findings (verdicts, chains, evidence, patches) do not depend on the
-    worker count or on the cache."""
+    worker count or on the cache. With two workers each helper process ran and delivered: the
+    parse worker every parse asked of it, the host-code checks their gates, the CUDA worker every
+    translation unit sent to it."""
     tree = tmp_path / "verdicts"
     shutil.copytree(FIXTURES / "verdicts", tree)
     targets = [reg.parse("sm_120"), reg.parse("sm_90")]
     base = _key(scan(tree, targets, workers=1))
     assert len(base[2]) > 20
-    assert _key(scan(tree, targets, workers=2)) == base
+    r = scan(tree, targets, workers=2)
+    assert _key(r) == base
+    ran = r.work["helpers"]
+    assert ran["parse_worker"]["taken"] >= 10 and ran["parse_worker"]["parsed_here"] == 0
+    assert ran["host_checks"] is True
+    assert ran["cuda"]["installed"] == ran["cuda"]["sent"] >= 5
     c = tmp_path / "c"
     r = scan(tree, targets, workers=2, cache=Cache(c))
     assert r.cache["mode"] == "miss" and _key(r) == base
@@ -199,6 +230,18 @@ def test_hunks_unchanged():
     assert not hunks_unchanged(patch, "p.py", old, old.replace("line 8\n", "line 8 changed\n"))
     near_end = unified_diff("p.py", old, old.replace("line 19\n", "line 19 or 12\n"))
     assert not hunks_unchanged(near_end, "p.py", old, old + "# appended\n")
+
+
+def test_a_failing_parse_worker_shows_and_changes_nothing(tmp_path, pooled, patient_parse_worker, monkeypatch):
+    """A parse worker whose every parse fails: the scan parses each module itself (same result),
+    and the helper's counters say so."""
+    tree = _tree(tmp_path)
+    base = _key(scan(tree, workers=1))
+    monkeypatch.setattr(workers, "_parse_one", lambda data, shallow: None)  # inherited by the fork
+    r = scan(tree, workers=2)
+    assert _key(r) == base
+    assert r.work["helpers"]["parse_worker"]["taken"] == 0
+    assert r.work["helpers"]["parse_worker"]["parsed_here"] >= 5
 
 
 def test_cuda_worker_reports_what_the_analysis_reads(tmp_path, pooled, reg):
@@ -240,7 +283,7 @@ def test_cuda_warm_up_then_analysis_reports_in_the_analysis(tmp_path, reg):
     reports it, in the delta the parent adopts."""
     import threading
 
-    from archaudit import pipeline
+    from archaudit import workers
     from archaudit.verdict.judge import TuCache
     from archaudit.sources import DirSource
 
@@ -252,15 +295,15 @@ def test_cuda_warm_up_then_analysis_reports_in_the_analysis(tmp_path, reg):
     norm.write_text('#include "broken.hh"\n' + norm.read_text())
     src = DirSource(tree)
     files = src.files()
-    pipeline._CUDA.update(source=src, stop=threading.Event())
+    workers._CUDA.update(source=src, stop=threading.Event())
     try:
-        assert pipeline._cuda_warm(files, [f for f in files if f.endswith(".py")]) >= 9
+        assert workers._cuda_warm(files, [f for f in files if f.endswith(".py")]) >= 9
         assert src.diagnostics == []
         ct = reg.compile_target(reg.parse("sm_120"))
         key, args = TuCache.request("kernlib/data/csrc/norm.cu", ct)
-        out, diags, _screened = pipeline._cuda_analyse([(key, args)])
+        out, diags, _screened = workers._cuda_analyse([(key, args)])
     finally:
-        pipeline._CUDA.clear()
+        workers._CUDA.clear()
     assert [k for k, _r in out] == [key]
     assert [(d.path, d.kind) for d in diags] == [("kernlib/data/csrc/broken.hh", "unbalanced-conditional")]
 
@@ -270,7 +313,7 @@ def test_cuda_warm_up_leaves_the_project_resolver_alone(tmp_path):
     resolves in its own order, so it must not touch the resolver the TU analyses use."""
     import threading
 
-    from archaudit import pipeline
+    from archaudit import workers
     from archaudit.sources import DirSource
 
     tree = tmp_path / "pkg"
@@ -281,10 +324,10 @@ def test_cuda_warm_up_leaves_the_project_resolver_alone(tmp_path):
     (tree / "pkg" / "jit.py").write_text('SOURCES = ["k.cu"]\n')
     src = DirSource(tree)
     files = src.files()
-    pipeline._CUDA.update(source=src, stop=threading.Event())
+    workers._CUDA.update(source=src, stop=threading.Event())
     try:
-        assert pipeline._cuda_warm(files, ["pkg/jit.py"]) == 2  # k.cu and the cub header
-        roots = [r.path for r in pipeline._CUDA["project"].resolver.roots]
+        assert workers._cuda_warm(files, ["pkg/jit.py"]) == 2  # k.cu and the cub header
+        roots = [r.path for r in workers._CUDA["project"].resolver.roots]
     finally:
-        pipeline._CUDA.clear()
+        workers._CUDA.clear()
     assert "pkg/vendor" not in roots

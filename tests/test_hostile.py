@@ -472,8 +472,7 @@ def test_real_tus_stay_well_inside_the_preprocessing_budgets(sp072, reg, monkeyp
     # the two TUs of flashinfer 0.7.2 whose walks take the most work (CUTLASS included)
     from archaudit.cuda import preproc
     from archaudit.cuda.tu import CudaProject
-    from archaudit.pipeline import SourceReader
-    from archaudit.sources import open_source
+    from archaudit.sources import SourceReader, open_source
 
     spent_by_condition = []
     real_expand = preproc.Preprocessor.expand

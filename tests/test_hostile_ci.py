@@ -529,7 +529,7 @@ def test_worker_without_pdeathsig_polls_for_its_parent(tmp_path):
     script = (
         "import os, sys, time\n"
         "sys.platform = 'darwin'  # no prctl: the polling fallback\n"
-        "from archaudit.pipeline import die_with_parent\n"
+        "from archaudit.children import die_with_parent\n"
         "if os.fork() == 0:  # the scan\n"
         "    parent = os.getpid()\n"
         "    w = os.fork()\n"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from archaudit.parsing.python_ir import LazyFields, N, dumps_parsed, loads_parsed, parse_python
-from archaudit.pipeline import ParsePool
+from archaudit.workers import ParsePool
 from archaudit.python.index import Index
 from archaudit.sources import DirSource
 

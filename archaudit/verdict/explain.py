@@ -19,12 +19,11 @@ from ..callgraph import Analysis
 from ..cuda.runtime_checks import find_runtime_checks
 from ..cuda.tu import CudaProject
 from ..model import Finding, Gate
-from ..pipeline import SourceReader
 from ..python.gates import to_gates
 from ..python.index import function_at_line
 from ..python.interp import Interp
 from ..report.shown import shown
-from ..sources import Source
+from ..sources import Source, SourceReader
 from ..targets import Registry, TargetRequest
 from .judge import TuCache, behind_from_callgraph, judge_gates, tests_before_from_callgraph
 from .patch import Patcher, module_binding, reevaluate_gate

@@ -546,7 +546,7 @@ def judge_gates(gates: list[Gate], gpus: list[tuple[Gpu, CompileTarget]], behind
     not_evaluated as (gate, target, that arm's gate)); one that an earlier gate stops first says
     so, and its plan patches that one too.
     prefetch: given {key: analyse_tu arguments} of TUs still to analyse, as behind() of each
-    pair finds them, then None once before any verdict (pipeline.CudaWorker analyses them in
+    pair finds them, then None once before any verdict (workers.CudaWorker analyses them in
     another process and installs the results in `tus`). The verdicts reuse those behind()s.
     sinks_of(target): build calls a patch may not give the target's -gencode (inventory.protected_sinks)."""
     known = all_gates if all_gates is not None else gates
