@@ -1262,3 +1262,15 @@ def dotted_name(n: N | None) -> str:
         return ""
     parts.append(n.f["id"])
     return ".".join(reversed(parts))
+
+
+def decorator_name(d: N) -> str:
+    """The last name of a decorator: `name`, `a.name`, `name(...)` and `a.name(...)` give "name";
+    "" for any other expression."""
+    while d.k == "call":
+        d = d.f["func"]
+    if d.k == "attr":
+        return d.f["attr"]
+    if d.k == "name":
+        return d.f["id"]
+    return ""
