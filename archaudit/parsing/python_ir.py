@@ -17,6 +17,8 @@ from typing import NamedTuple
 import tree_sitter
 import tree_sitter_python
 
+from .words import WORD_BYTE
+
 
 class N:
     """An IR node: kind `k`, position (line and 1-based column, byte range [sb, eb)), and the
@@ -1021,7 +1023,6 @@ _EXPR_HANDLERS = {
 # expression nesting is a strictly nested tree-sitter node, so below this depth neither of its
 # limits (MAX_BLOCK_DEPTH, MAX_EXPR_DEPTH) can be reached and converting never reports anything.
 LAZY_MAX_DEPTH = 100
-_WORD_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
 
 
 def may_nest_def(src: bytes, start: int, end: int) -> bool:
@@ -1034,7 +1035,7 @@ def may_nest_def(src: bytes, start: int, end: int) -> bool:
         n = len(word)
         i = src.find(word, start, end)
         while i >= 0:
-            if (i == 0 or src[i - 1] not in _WORD_BYTES) and (i + n == end or src[i + n] not in _WORD_BYTES):
+            if (i == 0 or not WORD_BYTE[src[i - 1]]) and (i + n == end or not WORD_BYTE[src[i + n]]):
                 return True
             i = src.find(word, i + 1, end)
     return False

@@ -151,6 +151,32 @@ def imports_of(st: N, modname: str, is_pkg: bool):
                 yield bd
 
 
+def flat_targets(t: N) -> list[N]:
+    """The single targets of an assignment target, through tuples, lists and starred items
+    (names, attributes, subscripts)."""
+    if t.k in ("tuple", "list"):
+        return [x for e in t.f["elts"] for x in flat_targets(e)]
+    if t.k == "starred":
+        return flat_targets(t.f["value"])
+    return [t]
+
+
+def target_names(t: N) -> list[str]:
+    """The names an assignment target binds, through tuples, lists and starred items."""
+    return [x.f["id"] for x in flat_targets(t) if x.k == "name"]
+
+
+def names_bound(bd: Binding) -> list[str]:
+    """The names one binding binds (none for a star import: they are the other module's)."""
+    if isinstance(bd, (ModuleImport, FromImport)):
+        return [bd.local]
+    if isinstance(bd, (Definition, ClassDefinition)):
+        return [bd.name]
+    if isinstance(bd, StarImport):
+        return []
+    return target_names(bd.target)
+
+
 def last_definitions(bindings) -> dict[str, N]:
     """name -> the statement of the last def or class binding it, as running the statements
     in order leaves it."""

@@ -25,13 +25,14 @@ from functools import lru_cache
 
 from ..model import Diagnostic, Gate, internal_error
 from ..parsing.python_ir import parse_python
+from ..parsing.words import WORD_BYTE, words_of
 from ..ruledata import load_rule
 from ..sources import Source
 from ..targets import Registry
-from .index import Index, ModuleInfo, collect_defs, decode_check, words_of
+from .index import Index, ModuleInfo, collect_defs, decode_check
 from .interp import GateRecord, Interp
 from .platform_needs import platform_needs
-from .pybytes import (IDENT, SPACE, WORD_BYTE, ExternalRoots, ident_at, module_imports, name_occurrences,
+from .pybytes import (IDENT, SPACE, ExternalRoots, ident_at, module_imports, name_occurrences,
                       qualified, receiver_chain, receiver_roots, split_trailer)
 
 # Bytes that can start an architecture test in Python source. Deliberately not `sm90` alone:
