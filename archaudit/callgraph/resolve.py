@@ -794,7 +794,7 @@ class Resolver:
             if name in ("staticmethod", "classmethod", "property", "abstractmethod", "overload"):
                 continue
             full = self._dotted_text(d.f["func"] if d.k == "call" else d)
-            if full in self.rules.cache_wrappers or name in ("cache", "lru_cache", "cached_property", "wraps"):
+            if full in self.rules.cache_wrappers or name in self.rules.cache_wrapper_names:
                 how = how + ("lru_cache/partial",) if "lru_cache/partial" not in how else how
             elif "decorator" not in how:
                 how = how + ("decorator",)

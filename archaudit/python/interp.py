@@ -136,6 +136,9 @@ class Rules:
         self.flag_keywords: set[str] = set(jb.get("flag_keywords", []))
         self.arch_env: set[str] = set(data.get("arch_list_env", {}).get("names", []))
         self.dynamic_receivers: tuple[str, ...] = tuple(data.get("dynamic_lookup", {}).get("receivers", []))
+        # last names of the decorators that keep calling the function they wrap (rules/jit.toml)
+        self.cache_wrappers: frozenset = frozenset(
+            w.rsplit(".", 1)[-1] for w in load_rule("jit").get("build", {}).get("cache_wrappers", []))
         tt = data.get("tvm_target", {})
         self.target_classes: frozenset = frozenset(tt.get("classes", []))
         self.target_current: frozenset = frozenset(tt.get("current", []))
@@ -1596,7 +1599,7 @@ class Interp:
             if fn is not None:
                 return self.dom.const(Partial(fn, tuple(args[1:]), tuple(sorted(kwargs.items()))))
             return self.dom.OPAQUE
-        if last in ("lru_cache", "cache", "wraps", "cached_property"):
+        if last in self.rules.cache_wrappers:
             # cache(f), lru_cache(f) and lru_cache(partial(f, 9)) are the function cached;
             # lru_cache(128), lru_cache(None) and lru_cache(maxsize=..) a decorator still to apply
             if args and (last == "cache" or (last == "lru_cache" and not any(
