@@ -330,6 +330,15 @@ class Index:
             spans = self._spans.get(name, [])
         return spans
 
+    def was_parsed(self, name: str) -> bool:
+        """Was the module parsed successfully at least once (evicted since or not)?"""
+        return name in self._loaded
+
+    def spans_without_parse(self, name: str) -> bool:
+        """Are the module's function spans known while its IR is not held (it was parsed in
+        full, then evicted), so that listing its functions needs no parse?"""
+        return name not in self._mods and name in self._was_full
+
     def loaded_modules(self) -> list[str]:
         """The modules parsed successfully at least once, sorted."""
         return sorted(self._loaded)

@@ -401,6 +401,11 @@ class Interp:
         self._note_callable(modname, name, acc)
         return acc
 
+    def global_values(self):
+        """(module, name, value) of every module global evaluated so far."""
+        for (modname, name), (av, _via, _shallow) in self._gv.items():
+            yield modname, name, av
+
     def _note_callable(self, modname: str, name: str, av: AV) -> None:
         """Keep a global bound to functions of other names (see callable_globals); a function
         bound to its own name (its def, an import of it) is carried by that name already."""
