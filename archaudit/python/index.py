@@ -20,6 +20,7 @@ from ..sources import Source
 from .bindings import last_definitions, relative_module, statement_bindings
 from .pybytes import literal_all, star_imports
 
+
 @dataclass
 class ModuleInfo:
     name: str
