@@ -5,8 +5,9 @@ augmented assignment) gives one typed binding per name it binds, in source order
 statement it comes from. Relative imports are made absolute here, once (`relative_module`).
 What a binding means is left to the analyses: the value interpreter (python/interp.py) unions
 every binding that reaches a name, the call-graph resolver (callgraph/resolve.py) follows each to
-what it refers to, the binary-sink finder (binary/sinks.py) keeps the imports only, and the index
-(python/index.py) keeps the last def or class of each name (`last_definitions`).
+what it refers to, the binary-sink finder (binary/sinks.py) keeps the imports only, the index
+(python/index.py) keeps the last def or class of each name (`last_definitions`), and the
+containment check (callgraph/confine.py) the set of names bound (`names_bound`).
 """
 from __future__ import annotations
 
