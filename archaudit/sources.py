@@ -28,6 +28,8 @@ from .python.pybytes import more_defs_than, more_tokens_than
 
 PY_EXT = (".py", ".pyi")
 CUDA_EXT = (".cu", ".cuh", ".h", ".hpp", ".cpp", ".cc", ".cxx", ".inl", ".hh", ".cuinl")
+# the CUDA/C++ files searched for runtime architecture checks
+CPP_SUFFIXES = (".cu", ".cuh", ".h", ".hpp", ".cc", ".cpp", ".cxx", ".inl")
 # Limits on untrusted input (README "Untrusted input"). Larger files are reported and skipped:
 # the biggest real source in flashinfer/sglang is about 4 MB.
 MAX_FILE_BYTES = 16 * 1024 * 1024

@@ -95,3 +95,17 @@ def test_substring_tests_answer_as_the_patterns():
         for props in (set(), {"x", "p"}):
             assert rc._rewrite_sources(e, props) == _plain_rewrite(e, props)
     assert rc._rewrite_sources("tensorrt_llm::common::getSMVersion() == 100", set()) == f"{rc.CC} == 100"
+
+
+def test_scan_reads_every_cpp_suffix_the_pipeline_hands_it():
+    """A .cxx file (sources.CPP_SUFFIXES, what the pipeline passes as C++ files) is searched as a
+    .cu file is; a .txt file is not."""
+    data = (FIX / "runtime_check.cu").read_bytes()
+
+    class Reader:
+        def read(self, rel):
+            return data
+
+    got = rc.scan_runtime_checks(Reader(), ["a/runtime_check.cxx", "a/runtime_check.cu", "a/notes.txt"])
+    assert sorted({(g.path, g.line) for g in got}) == [
+        (p, line) for p in ("a/runtime_check.cu", "a/runtime_check.cxx") for line in (13, 20, 28, 35)]

@@ -54,7 +54,7 @@ def test_prefilter_trigger_read_from_the_words_as_from_the_bytes():
 def test_words_of_is_the_word_pattern():
     """words_of splits at C speed what WORD.findall finds: every byte value next to a word byte,
     runs of non-word bytes (blanks, non-ASCII, NUL), and every fixture file."""
-    from archaudit.python.index import WORD, words_of
+    from archaudit.parsing.words import WORD, words_of
 
     every = bytes(range(256))
     cases = [every, every[::-1], b"".join(bytes((b,)) + b"a_1" for b in range(256)), b"", b" \t\n", b"x",

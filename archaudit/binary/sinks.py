@@ -11,7 +11,7 @@ constant, a literal sm_XY in the path) or when the artifact's files are in the s
 guess.
 
 Read-only use of the Index: `.path_of`, `.source_bytes`, `.module(name, full=True)`,
-`.resolve_relative`, ModuleInfo fields. Nothing is imported or run.
+ModuleInfo fields; imports as python/bindings.py reads them. Nothing is imported or run.
 """
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from functools import lru_cache
 
 from ..model import Link
 from ..parsing.python_ir import N, dotted_name
+from ..python.bindings import FromImport, imports_of
 from ..ruledata import load_rule
 from .fatbin import read_binary, runs_on
 
@@ -139,16 +140,10 @@ class _Finder:
             return got
         out: dict[str, tuple[str, str | None]] = {}
         for n in _walk(mod.parsed.body, into_defs=True):
-            if n.k == "importfrom":
-                base = self.index.resolve_relative(mod, n.f["level"], n.f["module"])
-                for name, alias in n.f["names"]:
-                    out[alias or name] = (base, name)
-            elif n.k == "import":
-                for name, alias in n.f["names"]:
-                    if alias:
-                        out[alias] = (name, None)
-                    else:
-                        out[name.split(".")[0]] = (name.split(".")[0], None)
+            if n.k not in ("import", "importfrom"):
+                continue
+            for bd in imports_of(n, mod.name, mod.is_pkg):
+                out[bd.local] = (bd.module, bd.name if isinstance(bd, FromImport) else None)
         self._imports[mod.name] = out
         return out
 

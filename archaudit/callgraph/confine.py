@@ -46,11 +46,12 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..parsing.python_ir import N
+from ..python.bindings import flat_targets, names_bound, statement_bindings
 from ..python.pybytes import word_pattern
 from .behind import path_to_call
 from .graph import UNRESOLVED_PREFIX, Call
 from .resolve import Ctx, iter_stmts, walk_exprs
-from .stateflow import State, StateReads, flat_targets, in_comment, state_of, written_targets
+from .stateflow import State, StateReads, in_comment, state_of, written_targets
 
 MAX_CALLER_LEVELS = 3
 MAX_NODES = 4000
@@ -486,24 +487,8 @@ def _base_name(x: N) -> str | None:
 
 
 def _bound_names(stmts: list[N]) -> set[str]:
-    out: set[str] = set()
-    for s in iter_stmts(stmts):
-        if s.k in ("assign", "augassign"):
-            for t in (s.f["targets"] if s.k == "assign" else [s.f["target"]]):
-                out |= {x.f["id"] for x in flat_targets(t) if x.k == "name"}
-        elif s.k == "for":
-            out |= {x.f["id"] for x in flat_targets(s.f["target"]) if x.k == "name"}
-        elif s.k == "with":
-            for _v, tgt in s.f["items"]:
-                if tgt is not None:
-                    out |= {x.f["id"] for x in flat_targets(tgt) if x.k == "name"}
-        elif s.k in ("def", "class"):
-            out.add(s.f["name"])
-        elif s.k == "import":
-            out |= {(alias or name.split(".")[0]) for name, alias in s.f["names"]}
-        elif s.k == "importfrom":
-            out |= {(alias or name) for name, alias in s.f["names"]}
-    return out
+    """The names the statements bind (python/bindings.py), in nested blocks too."""
+    return {name for s in iter_stmts(stmts) for bd in statement_bindings(s, "", False) for name in names_bound(bd)}
 
 
 def _receivers(stmts: list[N]) -> set[str]:

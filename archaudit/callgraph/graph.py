@@ -21,7 +21,8 @@ from dataclasses import dataclass, replace
 import networkx as nx
 
 from ..parsing.python_ir import N
-from ..python.index import Index, flatten_top, words_of
+from ..parsing.words import words_of
+from ..python.index import Index, flatten_top
 from ..python.pybytes import ExternalRoots, word_pattern
 from ..ruledata import load_rule
 from .resolve import Ctx, Ref, Resolver, iter_stmts, walk_exprs

@@ -13,7 +13,9 @@ import re
 from dataclasses import dataclass
 
 from ..parsing.brackets import split_top_level_commas
-from ..parsing.python_ir import N, dotted_name
+from ..parsing.python_ir import N, decorator_name, dotted_name
+from ..python.bindings import (AugmentedAssignment, Assignment, ClassDefinition, Definition, FromImport, LoopBinding,
+                               ModuleImport, StarImport, WithBinding, statement_bindings)
 from ..python.index import Index, ModuleInfo, flatten_top
 from ..python.pybytes import may_hold_global_statement
 from .rules import JitRules, SinkRule, jit_rules
@@ -318,23 +320,13 @@ class Resolver:
                 c = Ctx(mod, q, node, kind, cls, parent)
                 if kind == "function" and cls is not None:
                     params = node.f["params"]
-                    decos = [self._deco_name(x) for x in node.f.get("decorators", [])]
+                    decos = [decorator_name(x) for x in node.f.get("decorators", [])]
                     if params and params[0][2] == "" and "staticmethod" not in decos:
                         c.self_name = params[0][0]
                         if "classmethod" in decos:
                             c.self_name = "@cls:" + params[0][0]
         self._ctx[qualname] = c
         return c
-
-    @staticmethod
-    def _deco_name(n: N) -> str:
-        if n.k == "name":
-            return n.f["id"]
-        if n.k == "attr":
-            return n.f["attr"]
-        if n.k == "call":
-            return Resolver._deco_name(n.f["func"])
-        return ""
 
     def _enclosing(self, mod: ModuleInfo, q: str) -> tuple[str | None, str | None]:
         """(qual of the enclosing function or class scope whose names are visible, class of a method)."""
@@ -383,42 +375,39 @@ class Resolver:
     def _collect(self, body, b: dict, stars: list | None, mod: ModuleInfo, top: bool, prefix: str = "") -> None:
         stmts = flatten_top(body) if top else iter_stmts(body)
         for st in stmts:
-            k = st.k
-            if k == "import":
-                for name, alias in st.f["names"]:
-                    if alias:
-                        b.setdefault(alias, []).append(("import-as", name, st))
-                    else:
-                        b.setdefault(name.split(".")[0], []).append(("import", name.split(".")[0], st))
-            elif k == "importfrom":
-                absmod = self.index.resolve_relative(mod, st.f["level"], st.f["module"]) if st.f["level"] else st.f["module"]
-                if st.f["star"] and stars is not None:
-                    stars.append((absmod, st.f["level"] > 0, st))
-                for name, alias in st.f["names"]:
-                    b.setdefault(alias or name, []).append(("from", absmod, name, bool(alias and alias != name), st.f["level"] > 0, st))
-            elif k == "assign":
-                for t in st.f["targets"]:
-                    self._bind_target(b, t, st.f["value"], st.f["annotation"], st)
-            elif k == "def":
-                b.setdefault(st.f["name"], []).append(("def", prefix + st.f["name"], st))
-            elif k == "class":
-                b.setdefault(st.f["name"], []).append(("class", prefix + st.f["name"], st))
-            elif k == "for":
-                for t in walk_exprs(st.f["target"]):
-                    if t.k == "name":
-                        b.setdefault(t.f["id"], []).append(("iter", st.f["iter"], st))
-            elif k == "with":
-                for e, t in st.f["items"]:
-                    if t is not None and t.k == "name":
-                        b.setdefault(t.f["id"], []).append(("with", e, st))
-            elif k == "augassign":
-                t = st.f["target"]
-                if t.k == "name":
-                    b.setdefault(t.f["id"], []).append(("aug", st.f["value"], st))
-            elif k == "expr":
+            if st.k == "expr":
                 self._bind_growth(b, st.f["value"])
-        if not top:
-            return
+                continue
+            for bd in statement_bindings(st, mod.name, mod.is_pkg):
+                self._bind(b, bd, stars, prefix)
+
+    def _bind(self, b: dict, bd, stars: list | None, prefix: str) -> None:
+        """Enter one binding (python/bindings.py) in `b` as this resolver's tuple, its kind first
+        (see _eval_binding); a star import goes to `stars` when given."""
+        st = bd.node
+        if isinstance(bd, ModuleImport):
+            b.setdefault(bd.local, []).append(("import-as" if bd.aliased else "import", bd.module, st))
+        elif isinstance(bd, FromImport):
+            b.setdefault(bd.local, []).append(("from", bd.module, bd.name, bd.aliased, bd.relative, st))
+        elif isinstance(bd, StarImport):
+            if stars is not None:
+                stars.append((bd.module, bd.relative, st))
+        elif isinstance(bd, Assignment):
+            self._bind_target(b, bd.target, st.f["value"], st.f["annotation"], st)
+        elif isinstance(bd, Definition):
+            b.setdefault(bd.name, []).append(("def", prefix + bd.name, st))
+        elif isinstance(bd, ClassDefinition):
+            b.setdefault(bd.name, []).append(("class", prefix + bd.name, st))
+        elif isinstance(bd, LoopBinding):
+            for t in walk_exprs(bd.target):
+                if t.k == "name":
+                    b.setdefault(t.f["id"], []).append(("iter", st.f["iter"], st))
+        elif isinstance(bd, WithBinding):
+            if bd.target.k == "name":
+                b.setdefault(bd.target.f["id"], []).append(("with", bd.context, st))
+        elif isinstance(bd, AugmentedAssignment):
+            if bd.target.k == "name":
+                b.setdefault(bd.target.f["id"], []).append(("aug", st.f["value"], st))
 
     def _bind_target(self, b: dict, t: N, value: N | None, ann: N | None, st: N, path: tuple = ()) -> None:
         """Bindings of an assignment target. `path`: the places of a nested target inside the
@@ -801,11 +790,11 @@ class Resolver:
         qn = f"{mod.name}.{qual}"
         how: tuple = ()
         for d in node.f.get("decorators", []):
-            name = self._deco_name(d)
+            name = decorator_name(d)
             if name in ("staticmethod", "classmethod", "property", "abstractmethod", "overload"):
                 continue
             full = self._dotted_text(d.f["func"] if d.k == "call" else d)
-            if full in self.rules.cache_wrappers or name in ("cache", "lru_cache", "cached_property", "wraps"):
+            if full in self.rules.cache_wrappers or name in self.rules.cache_wrapper_names:
                 how = how + ("lru_cache/partial",) if "lru_cache/partial" not in how else how
             elif "decorator" not in how:
                 how = how + ("decorator",)

@@ -49,6 +49,7 @@ class JitRules:
     build_methods: frozenset
     arch_flag_functions: frozenset
     cache_wrappers: frozenset  # decorators/wrappers that keep calling the wrapped function
+    cache_wrapper_names: frozenset  # their last names (`lru_cache` for functools.lru_cache)
     partial_functions: frozenset
     template_suffixes: tuple[str, ...]
     generate: GenerateRules = field(default_factory=GenerateRules)
@@ -97,6 +98,7 @@ def parse_rules(data: dict) -> JitRules:
         build_methods=frozenset(b.get("methods", ["build_and_load"])),
         arch_flag_functions=frozenset(b.get("arch_flag_functions", [])),
         cache_wrappers=frozenset(b.get("cache_wrappers", [])),
+        cache_wrapper_names=frozenset(w.rsplit(".", 1)[-1] for w in b.get("cache_wrappers", [])),
         partial_functions=frozenset(b.get("partial_functions", [])),
         template_suffixes=tuple(b.get("template_suffixes", [".jinja"])),
         generate=_generate(data.get("generate", {})),

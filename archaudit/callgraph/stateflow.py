@@ -24,6 +24,7 @@ import re
 from dataclasses import dataclass
 
 from ..parsing.python_ir import N
+from ..python.bindings import flat_targets
 from ..python.pybytes import word_pattern
 from .resolve import Ctx, iter_stmts, walk_exprs
 
@@ -66,14 +67,6 @@ def written_targets(stmts: list[N]) -> list[tuple[N, N]]:
                 if recv.k in ("attr", "subscript"):
                     out.append((s, recv))
     return out
-
-
-def flat_targets(t: N) -> list[N]:
-    if t.k in ("tuple", "list"):
-        return [x for e in t.f["elts"] for x in flat_targets(e)]
-    if t.k == "starred":
-        return flat_targets(t.f["value"])
-    return [t]
 
 
 def state_of(ctx: Ctx, x: N, local: dict, where: str, text: str) -> State | str | None:

@@ -1193,6 +1193,12 @@ class Preprocessor:
         finally:
             self._tu_left -= start - max(self._left, 0)
 
+    def expand_untracked(self, toks) -> list | None:
+        """`expand` of an expression read outside the walk's conditions (a constant's value):
+        whether it reads arch-dependent macros is cleared first and not reported."""
+        self._taint = False
+        return self.expand(toks)
+
     def evaluate(self, text: str) -> tuple[bool | None, bool]:
         """(value, tainted) of an #if expression under the current macro table.
 

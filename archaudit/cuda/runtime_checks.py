@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from ..model import CPP_RUNTIME_CHECK, Gate
 from ..parsing import cpp
 from ..parsing.brackets import split_top_level_commas
-from ..python.pybytes import WORD_BYTE
+from ..parsing.words import WORD_BYTE
+from ..sources import CPP_SUFFIXES
 from ..targets import registry
 from .preproc import ExprParser, Operand, parse_int, tokenize
 
@@ -424,7 +425,7 @@ def scan_runtime_checks(reader, files, resolver=None, package: str | None = None
     gates: list[Gate] = []
     consts = _ConstIndex(reader, resolver)
     for f in files:
-        if not f.endswith((".cu", ".cuh", ".h", ".hpp", ".cc", ".cpp", ".inl")):
+        if not f.endswith(CPP_SUFFIXES):
             continue
         data = reader.read(f)
         if not data or not _may_check_arch(data):

@@ -681,8 +681,7 @@ def _size_value(pp: Preprocessor, data: bytes, expr: str, depth: int = 0) -> int
 
 
 def _eval_int(pp: Preprocessor, expr: str) -> int | None:
-    pp._taint = False
-    toks = pp.expand(tokenize(expr))
+    toks = pp.expand_untracked(tokenize(expr))
     if toks is None:
         return None
     p = ExprParser(toks)

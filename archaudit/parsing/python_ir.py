@@ -17,6 +17,8 @@ from typing import NamedTuple
 import tree_sitter
 import tree_sitter_python
 
+from .words import WORD_BYTE
+
 
 class N:
     """An IR node: kind `k`, position (line and 1-based column, byte range [sb, eb)), and the
@@ -1021,7 +1023,6 @@ _EXPR_HANDLERS = {
 # expression nesting is a strictly nested tree-sitter node, so below this depth neither of its
 # limits (MAX_BLOCK_DEPTH, MAX_EXPR_DEPTH) can be reached and converting never reports anything.
 LAZY_MAX_DEPTH = 100
-_WORD_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
 
 
 def may_nest_def(src: bytes, start: int, end: int) -> bool:
@@ -1034,7 +1035,7 @@ def may_nest_def(src: bytes, start: int, end: int) -> bool:
         n = len(word)
         i = src.find(word, start, end)
         while i >= 0:
-            if (i == 0 or src[i - 1] not in _WORD_BYTES) and (i + n == end or src[i + n] not in _WORD_BYTES):
+            if (i == 0 or not WORD_BYTE[src[i - 1]]) and (i + n == end or not WORD_BYTE[src[i + n]]):
                 return True
             i = src.find(word, i + 1, end)
     return False
@@ -1262,3 +1263,15 @@ def dotted_name(n: N | None) -> str:
         return ""
     parts.append(n.f["id"])
     return ".".join(reversed(parts))
+
+
+def decorator_name(d: N) -> str:
+    """The last name of a decorator: `name`, `a.name`, `name(...)` and `a.name(...)` give "name";
+    "" for any other expression."""
+    while d.k == "call":
+        d = d.f["func"]
+    if d.k == "attr":
+        return d.f["attr"]
+    if d.k == "name":
+        return d.f["id"]
+    return ""

@@ -25,13 +25,14 @@ from functools import lru_cache
 
 from ..model import Diagnostic, Gate, internal_error
 from ..parsing.python_ir import parse_python
+from ..parsing.words import WORD_BYTE, words_of
 from ..ruledata import load_rule
 from ..sources import Source
 from ..targets import Registry
-from .index import Index, ModuleInfo, collect_defs, decode_check, words_of
+from .index import Index, ModuleInfo, collect_defs, decode_check
 from .interp import GateRecord, Interp
 from .platform_needs import platform_needs
-from .pybytes import (IDENT, SPACE, WORD_BYTE, ExternalRoots, ident_at, module_imports, name_occurrences,
+from .pybytes import (IDENT, SPACE, ExternalRoots, ident_at, module_imports, name_occurrences,
                       qualified, receiver_chain, receiver_roots, split_trailer)
 
 # Bytes that can start an architecture test in Python source. Deliberately not `sm90` alone:
@@ -335,7 +336,7 @@ class _GateRounds:
     def needs_parse(self, m: str) -> bool:
         """Must module m be loaded to list its functions? Not when it was parsed in full before
         and then evicted: its spans are known."""
-        return m in self.index._mods or m not in self.index._was_full
+        return not self.index.spans_without_parse(m)
 
     def run_round(self) -> None:
         """One round: find the newly relevant modules, then evaluate the round's work list."""
@@ -374,7 +375,7 @@ class _GateRounds:
             if self.progress and k % 50 == 0:
                 self.progress(f"gate round {self.scan.rounds}: modules searched ({index.parsed_count} parsed)",
                               k, len(order))
-            if self.evaluated_total >= MAX_SCAN_FUNCTIONS and modname not in index._loaded:
+            if self.evaluated_total >= MAX_SCAN_FUNCTIONS and not index.was_parsed(modname):
                 # the scan's bound is spent: a module never parsed is not parsed now to list
                 # what would not be evaluated
                 self.cut_by_scan.setdefault(modname, set())
@@ -554,7 +555,7 @@ def _owner_key(o: tuple[str, str | None]) -> tuple[str, str]:
 def _arch_definitions(interp: Interp) -> set[tuple[str, str]]:
     """(name, module) of every function and module global found to depend on the GPU."""
     out = {(full.rsplit(".", 1)[-1], mod) for full, mod in interp.arch_functions.items()}
-    for (modname, name), (v, _via, _sh) in interp._gv.items():
+    for modname, name, v in interp.global_values():
         if interp.arch_dependent(v):
             out.add((name, modname))
     out.update((name, modname) for modname, names in interp.arch_module_globals.items() for name in names)

@@ -12,25 +12,13 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable
 
-import re
-
 from ..model import Diagnostic
 from ..ruledata import load_rule
 from ..parsing.python_ir import LazyFields, N, ParsedModule, parse_python
+from ..parsing.words import words_of  # noqa: F401  (pipeline.py reads it from here)
 from ..sources import Source
+from .bindings import last_definitions, relative_module, statement_bindings
 from .pybytes import literal_all, star_imports
-
-# the words of a file (words_of): the prefilter workers split each file once, and both the gate
-# finder (identifiers) and the call graph's word index use the result
-WORD = re.compile(rb"\w+")
-# every byte WORD does not match ([A-Za-z0-9_] in a bytes pattern) as a space
-_WORDS_ONLY = bytes(b if WORD.fullmatch(bytes((b,))) else 32 for b in range(256))
-
-
-def words_of(data: bytes) -> set[bytes]:
-    """set(WORD.findall(data)): the maximal runs of word bytes, split at C speed (on flashinfer +
-    sglang's 168 MB of Python, 2.5 s instead of the regular expression's 4.4 s)."""
-    return set(data.translate(_WORDS_ONLY).split())
 
 
 @dataclass
@@ -51,6 +39,15 @@ class ModuleInfo:
     # start bytes of the redefined defs that a later def of the name in the same statement list
     # rebinds: never the binding once the scope has run (an overload stub, a replaced def)
     shadowed: set[int] = field(default_factory=set)
+    _bindings: tuple | None = field(default=None, repr=False)
+
+    def bindings(self) -> tuple:
+        """Every binding of the module's top level (python/bindings.py), looking through
+        if/try/with blocks, in source order; collected once per parse."""
+        if self._bindings is None:
+            self._bindings = tuple(bd for st in flatten_top(self.parsed.body)
+                                   for bd in statement_bindings(st, self.name, self.is_pkg))
+        return self._bindings
 
     def defs_of(self, qual: str) -> list[N]:
         """Every def of the qualname, in source order."""
@@ -334,6 +331,15 @@ class Index:
             spans = self._spans.get(name, [])
         return spans
 
+    def was_parsed(self, name: str) -> bool:
+        """Was the module parsed successfully at least once (evicted since or not)?"""
+        return name in self._loaded
+
+    def spans_without_parse(self, name: str) -> bool:
+        """Are the module's function spans known while its IR is not held (it was parsed in
+        full, then evicted), so that listing its functions needs no parse?"""
+        return name not in self._mods and name in self._was_full
+
     def loaded_modules(self) -> list[str]:
         """The modules parsed successfully at least once, sorted."""
         return sorted(self._loaded)
@@ -377,15 +383,9 @@ class Index:
                         Diagnostic(path, "syntax-error", f"{msg} (analysed what could be recovered)", line=line)
                     )
         info = ModuleInfo(name=name, path=path, is_pkg=path.endswith("__init__.py"), parsed=parsed)
-        for st in flatten_top(parsed.body):
-            if st.k in ("def", "class"):
-                info.defs[st.f["name"]] = st
+        info.defs = last_definitions(info.bindings())
         collect_defs(parsed.body, "", info)
         return info
-
-    def resolve_relative(self, mod: ModuleInfo, level: int, name: str) -> str:
-        """Absolute module name for `from <level dots><name> import ...` inside `mod`."""
-        return _relative(mod.name, mod.is_pkg, level, name)
 
     def may_bind(self, modname: str, name: str) -> bool:
         """Can `from modname import *` bind `name`: is it in the module's `__all__`, or, without
@@ -422,7 +422,7 @@ class Index:
         data = self.peek_bytes(modname)
         stars = star_imports(data) if path is not None else []
         bases = None if stars is None else [
-            _relative(modname, path.endswith("__init__.py"), level, m.decode("utf-8", "surrogateescape"))
+            relative_module(modname, path.endswith("__init__.py"), level, m.decode("utf-8", "surrogateescape"))
             for level, m in stars]
         got = self._star_bases[modname] = (literal_all(data), bases)
         return got
@@ -435,18 +435,6 @@ class Index:
             return b""
         b = self._bytes.get(path)
         return b if b is not None else (self.source.read(path) or b"")
-
-
-def _relative(modname: str, is_pkg: bool, level: int, name: str) -> str:
-    """Absolute module name for `from <level dots><name> import ...` inside module `modname`."""
-    if level == 0:
-        return name
-    base = modname.split(".")
-    if not is_pkg:
-        base = base[:-1]
-    if level > 1:
-        base = base[: len(base) - (level - 1)]
-    return ".".join([*base, name] if name else base)
 
 
 def _dotted(path: str) -> str | None:

@@ -17,8 +17,10 @@ from typing import Any, Callable
 from ..model import ARCH_LIST, CAPABILITY_COMPARE, FLAG, NVCC_FLAGS, PREDICATE_CALL, Diagnostic
 from ..ruledata import load_rule
 from ..targets import Registry, admits_of_arch_list, admits_of_nvcc_flags
-from .index import Index, ModuleInfo, flatten_top, is_accessor
-from ..parsing.python_ir import N, parse_python
+from .bindings import (Assignment, ClassDefinition, Definition, FromImport, LoopBinding, ModuleImport, StarImport,
+                       WithBinding, imports_of, relative_module, statement_bindings)
+from .index import Index, ModuleInfo, is_accessor
+from ..parsing.python_ir import N, decorator_name, parse_python
 from .values import (
     AV,
     OPAQUE,
@@ -134,6 +136,9 @@ class Rules:
         self.flag_keywords: set[str] = set(jb.get("flag_keywords", []))
         self.arch_env: set[str] = set(data.get("arch_list_env", {}).get("names", []))
         self.dynamic_receivers: tuple[str, ...] = tuple(data.get("dynamic_lookup", {}).get("receivers", []))
+        # last names of the decorators that keep calling the function they wrap (rules/jit.toml)
+        self.cache_wrappers: frozenset = frozenset(
+            w.rsplit(".", 1)[-1] for w in load_rule("jit").get("build", {}).get("cache_wrappers", []))
         tt = data.get("tvm_target", {})
         self.target_classes: frozenset = frozenset(tt.get("classes", []))
         self.target_current: frozenset = frozenset(tt.get("current", []))
@@ -303,32 +308,21 @@ class Interp:
             return None
         b: dict[str, list] = {}
         stars: list[str] = []
-        for st in flatten_top(mod.parsed.body):
-            k = st.k
-            if k in ("def", "class"):
-                b.setdefault(st.f["name"], []).append(("def", st))
-            elif k == "import":
-                for name, alias in st.f["names"]:
-                    if alias:
-                        b.setdefault(alias, []).append(("mod", name))
-                    else:
-                        top = name.split(".")[0]
-                        b.setdefault(top, []).append(("mod", top))
-            elif k == "importfrom":
-                base = self.index.resolve_relative(mod, st.f["level"], st.f["module"])
-                if st.f["star"]:
-                    stars.append(base)
-                for name, alias in st.f["names"]:
-                    b.setdefault(alias or name, []).append(("from", base, name))
-            elif k == "assign":
-                for t in st.f["targets"]:
-                    for nm, path in _target_paths(t, ()):
-                        b.setdefault(nm, []).append(("assign", st, path))
-            elif k in ("for", "with"):
-                tgts = [st.f["target"]] if k == "for" else [t for _, t in st.f["items"] if t is not None]
-                for t in tgts:
-                    for nm, _ in _target_paths(t, ()):
-                        b.setdefault(nm, []).append(("opaque",))
+        for bd in mod.bindings():
+            if isinstance(bd, (Definition, ClassDefinition)):
+                b.setdefault(bd.name, []).append(("def", bd.node))
+            elif isinstance(bd, ModuleImport):
+                b.setdefault(bd.local, []).append(("mod", bd.module))
+            elif isinstance(bd, FromImport):
+                b.setdefault(bd.local, []).append(("from", bd.module, bd.name))
+            elif isinstance(bd, StarImport):
+                stars.append(bd.module)
+            elif isinstance(bd, Assignment):
+                for nm, path in _target_paths(bd.target, ()):
+                    b.setdefault(nm, []).append(("assign", bd.node, path))
+            elif isinstance(bd, (LoopBinding, WithBinding)):
+                for nm, _ in _target_paths(bd.target, ()):
+                    b.setdefault(nm, []).append(("opaque",))
         self._binds[modname] = {"names": b, "stars": stars, "mod": mod}
         return self._binds[modname]
 
@@ -406,6 +400,11 @@ class Interp:
         self._gv[key] = (acc, via, frozenset(sh))
         self._note_callable(modname, name, acc)
         return acc
+
+    def global_values(self):
+        """(module, name, value) of every module global evaluated so far."""
+        for (modname, name), (av, _via, _shallow) in self._gv.items():
+            yield modname, name, av
 
     def _note_callable(self, modname: str, name: str, av: AV) -> None:
         """Keep a global bound to functions of other names (see callable_globals); a function
@@ -631,15 +630,11 @@ class Interp:
             return got[1]
         last: dict[str, N] = {}
         for st in node.f["body"]:
-            if st.k == "class":
-                last[st.f["name"]] = st
-            elif st.k == "def":
-                if not is_accessor(st):
-                    last[st.f["name"]] = st
-            elif st.k == "assign" and st.f["value"] is not None:
-                for t in st.f["targets"]:
-                    if t.k == "name":
-                        last[t.f["id"]] = st
+            for bd in statement_bindings(st, modname, False):
+                if isinstance(bd, ClassDefinition) or (isinstance(bd, Definition) and not is_accessor(st)):
+                    last[bd.name] = st
+                elif isinstance(bd, Assignment) and st.f["value"] is not None and bd.target.k == "name":
+                    last[bd.target.f["id"]] = st
         known[qual] = (node, last)
         return last
 
@@ -832,18 +827,13 @@ class Interp:
 
     def _s_import(self, st: N, fr: Frame) -> None:
         """Binds the alias, or the top-level package, to the module, resolved when first read."""
-        for name, alias in st.f["names"]:
-            if alias:
-                fr.env[alias] = _LazyImport(name, None, self.index.hidden(fr.mod.name, name))
-            else:
-                top = name.split(".")[0]
-                fr.env[top] = _LazyImport(top, None, self.index.hidden(fr.mod.name, top))
+        for bd in imports_of(st, fr.mod.name, fr.mod.is_pkg):
+            fr.env[bd.local] = _LazyImport(bd.module, None, self.index.hidden(fr.mod.name, bd.module))
 
     def _s_importfrom(self, st: N, fr: Frame) -> None:
         """Binds each imported name (or its alias), resolved when first read."""
-        base = self.index.resolve_relative(fr.mod, st.f["level"], st.f["module"])
-        for name, alias in st.f["names"]:
-            fr.env[alias or name] = _LazyImport(base, name, self.index.hidden(fr.mod.name, base or ""))
+        for bd in imports_of(st, fr.mod.name, fr.mod.is_pkg):
+            fr.env[bd.local] = _LazyImport(bd.module, bd.name, self.index.hidden(fr.mod.name, bd.module or ""))
 
     def _bind_def(self, fr: Frame, st: N) -> None:
         ref = FuncRef(fr.mod.name, st.f["name"], st.sb)
@@ -1151,7 +1141,7 @@ class Interp:
             if mem is not None:
                 val, node, owner = mem
                 if isinstance(val, FuncRef):
-                    decos = [_deco_name(d) for d in (node.f.get("decorators") or [])] if node is not None else []
+                    decos = [decorator_name(d) for d in (node.f.get("decorators") or [])] if node is not None else []
                     if "staticmethod" in decos:
                         return self.dom.const(val)
                     if "property" in decos or "cached_property" in decos:
@@ -1476,10 +1466,7 @@ class Interp:
             return self.dom.OPAQUE
         if mod.startswith("."):
             level = len(mod) - len(mod.lstrip("."))
-            base = pkg.split(".")
-            if level > 1:
-                base = base[: len(base) - (level - 1)]
-            mod = ".".join([*base, mod[level:]] if mod[level:] else base)
+            mod = relative_module(pkg, True, level, mod[level:])
         if not mod or not all(p.isidentifier() for p in mod.split(".")):
             return self.dom.OPAQUE
         if top:
@@ -1617,7 +1604,7 @@ class Interp:
             if fn is not None:
                 return self.dom.const(Partial(fn, tuple(args[1:]), tuple(sorted(kwargs.items()))))
             return self.dom.OPAQUE
-        if last in ("lru_cache", "cache", "wraps", "cached_property"):
+        if last in self.rules.cache_wrappers:
             # cache(f), lru_cache(f) and lru_cache(partial(f, 9)) are the function cached;
             # lru_cache(128), lru_cache(None) and lru_cache(maxsize=..) a decorator still to apply
             if args and (last == "cache" or (last == "lru_cache" and not any(
@@ -1825,7 +1812,7 @@ class Interp:
                 args: list[AV] = []
                 params = node.f["params"]
                 if cls is not None:
-                    decos = [_deco_name(d) for d in node.f.get("decorators") or []]
+                    decos = [decorator_name(d) for d in node.f.get("decorators") or []]
                     if params and params[0][2] == "" and "staticmethod" not in decos:
                         args.append(self.dom.const(Instance(cls) if "classmethod" not in decos else cls))
                 f = FuncRef(mod.name, qual, node.sb)
@@ -1974,16 +1961,6 @@ def _is_message(v: N) -> bool:
             " " in p.f["value"] or (p.f["value"].endswith("=") and i + 1 < len(parts) and parts[i + 1].k != "const"))
             for i, p in enumerate(parts))
     return False
-
-
-def _deco_name(d: N) -> str:
-    while d.k == "call":
-        d = d.f["func"]
-    if d.k == "attr":
-        return d.f["attr"]
-    if d.k == "name":
-        return d.f["id"]
-    return ""
 
 
 def _raise():

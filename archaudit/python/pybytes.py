@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from bisect import bisect_left
 
+from ..parsing.words import WORD, WORD_BYTE
+
 IDENT = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
 # a token as far as counting them goes: a run of word bytes, or any other byte but a blank
 _TOKEN = re.compile(rb"\w+|[^\w\s]")
@@ -39,8 +41,7 @@ def more_defs_than(data: bytes, limit: int) -> bool:
     return False
 
 
-# bytes that continue an identifier (IDENT's second class) and digits, as lookup tables
-WORD_BYTE = bytes(1 if chr(b).isascii() and (chr(b).isalnum() or chr(b) == "_") else 0 for b in range(256))
+# digits, as a lookup table (WORD_BYTE: the bytes that continue an identifier)
 DIGIT_BYTE = bytes(1 if 48 <= b <= 57 else 0 for b in range(256))
 SPACE = b" \t"
 
@@ -55,7 +56,6 @@ def word_pattern(word: bytes) -> re.Pattern:
     return re.compile(rb"\b" + w + rb"\b")
 
 
-_WORD_RUN = re.compile(rb"[A-Za-z0-9_]+")
 # past this many names, one pass over the identifiers beats a substring search per name (a
 # module defining 60,000 functions searched for each of them is quadratic)
 MANY_NAMES = 64
@@ -70,7 +70,7 @@ def name_occurrences(data: bytes, names) -> list[tuple[int, int]]:
     if len(names) > MANY_NAMES:
         want = set(names)
         out = []
-        for m in _WORD_RUN.finditer(data):
+        for m in WORD.finditer(data):
             s, e = m.span()
             while s < e and DIGIT_BYTE[data[s]]:
                 s += 1

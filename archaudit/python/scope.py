@@ -16,6 +16,7 @@ import re
 from collections import defaultdict
 
 from ..binary.fatbin import FATBIN_MAGIC
+from ..parsing.words import words_of
 from ..ruledata import load_rule
 
 # words of GPU code in a .py file's bytes: any of them and the package is analysed as before
@@ -26,7 +27,6 @@ _GPU_WORDS = re.compile(rb"(?i)cuda|nvcc|nvrtc|ptx|cubin|fatbin|triton|cutlass|c
 # built at run time
 _GPU_BINARY = re.compile(re.escape(FATBIN_MAGIC.to_bytes(4, "little"))
                          + rb"|\.nv_fatbin|libcudart|libcuda\.so|TORCH_LIBRARY_(?:init|IMPL)")
-_WORD = re.compile(rb"\w+")
 _CUDA_SOURCES = (".cu", ".cuh", ".ptx", ".cubin", ".fatbin")
 _BINARIES = (".so", ".pyd", ".dylib", ".dll")
 
@@ -73,7 +73,7 @@ def _words(source, files: list[str], facts: dict) -> set[bytes]:
     for f in files:
         if f.endswith(".py"):
             fact = facts.get(f)
-            out |= set(fact[1].split(b"\n")) if fact is not None else set(_WORD.findall(source.read_quietly(f) or b""))
+            out |= set(fact[1].split(b"\n")) if fact is not None else words_of(source.read_quietly(f) or b"")
     return out
 
 
