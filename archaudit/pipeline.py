@@ -22,7 +22,7 @@ from .model import Diagnostic, Finding, Gate
 from .progress import adapt_progress
 from .runtime import default_workers, gc_paused, run_with_big_stack
 from .scancache import ScanCache, prefilter_in_workers, result_payload
-from .sources import DirSource, Distribution, Source, SourceReader, WheelSource, open_source
+from .sources import CPP_SUFFIXES, DirSource, Distribution, Source, SourceReader, WheelSource, open_source
 from .targets import Registry, TargetRequest, registry
 from .workers import CudaWorker, ParsePool, RuntimeChecksJob
 
@@ -32,7 +32,6 @@ if TYPE_CHECKING:
 # The analyses (parsers, interpreter, CUDA readers) are imported where a scan runs them: a
 # cache hit, the warm re-scan users wait for, needs none of them.
 Progress = Callable[..., None]
-CPP_SUFFIXES = (".cu", ".cuh", ".h", ".hpp", ".cc", ".cpp", ".cxx", ".inl")
 
 
 # Source bytes whose IR may be held at once during the gate scan (the IR is ~20x the source);

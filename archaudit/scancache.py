@@ -31,6 +31,7 @@ from typing import Callable
 
 from .cache import Cache, digest, digest_file, key_of
 from .children import die_with_parent
+from .parsing.words import words_of
 from .progress import adapt_progress
 from .python.pybytes import split_trailer
 from .runtime import default_workers
@@ -308,7 +309,6 @@ def _cutoff(source: Source, fp, prev: dict | None, store: Cache, tnames: list[st
     the module's docstring)."""
     # lazy: a cache hit imports no analysis
     from .python.gates import cutoff_view
-    from .python.index import words_of
 
     if prev is None or fp.whole is not None or prev.get("whole") is not None:
         return None

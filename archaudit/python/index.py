@@ -15,7 +15,6 @@ from typing import Callable
 from ..model import Diagnostic
 from ..ruledata import load_rule
 from ..parsing.python_ir import LazyFields, N, ParsedModule, parse_python
-from ..parsing.words import words_of  # noqa: F401  (pipeline.py reads it from here)
 from ..sources import Source
 from .bindings import last_definitions, relative_module, statement_bindings
 from .pybytes import literal_all, star_imports
