@@ -91,6 +91,9 @@ class JitModule:
     # how many different source lists the sources argument may be (an Alt of lists: a table entry
     # picked by an argument); 1 when it is one list
     source_choices: int = 1
+    # when the sources argument is one of several lists (an Alt of lists): each list's files in the
+    # scan, one tuple per list; empty when it is one list or an option holds a file not found
+    source_options: list[tuple[str, ...]] = field(default_factory=list)
     # files written beside its generated sources that are included, not compiled (a rendered
     # config.inc): (file name, the file of the scan it is rendered or copied from)
     include_aliases: list[tuple[str, str]] = field(default_factory=list)
@@ -237,7 +240,7 @@ class JitModel:
                 if v is None or not v.sources or any(k.startswith("sources-") and k[8:] in RAISES
                                                       for k, _r in v.unresolved):
                     continue
-                v.source_choices = 1
+                v.source_choices, v.source_options = 1, []
                 out.setdefault((v.name, tuple(s.path or s.text for s in v.sources), tuple(v.cuda_cflags or ())), v)
         finally:
             self.ce.fixed = saved
@@ -301,6 +304,8 @@ class JitModel:
                 m.unresolved.append((f"sources-{v.reason}", f"{_text(ctx, n)}: {v}"))
                 continue
             m.source_choices = max(m.source_choices, _choices(v))
+            if isinstance(v, Alt) and len(srcs) == 1:
+                m.source_options = self._source_options(v, rule.source_root)
             for item in flatten_values(v):
                 sf = self._source(item, rule.source_root)
                 if sf.status in ("unresolved", "missing"):
@@ -320,6 +325,20 @@ class JitModel:
                 m.sources.append(sf)
         if dest_dirs:
             m.include_aliases = _generated_includes(written, dest_dirs, {k for sf in m.sources for k in [sf.text]})
+
+    def _source_options(self, v: Alt, root: str) -> list[tuple[str, ...]]:
+        """The files of each list an Alt of source lists may be. A candidate path that does not
+        exist while the same file is found through another candidate (an installed or a checkout
+        directory) is left out; any other file not found in an option gives no options at all."""
+        out: dict[tuple[str, ...], None] = {}
+        for option in v.options:
+            files = [self._source(item, root) for item in flatten_values(option)]
+            found = {sf.path.rsplit("/", 1)[-1] for sf in files if sf.status == "resolved"}
+            if any(sf.status != "resolved" and not (sf.status == "missing" and sf.path.rsplit("/", 1)[-1] in found)
+                   for sf in files):
+                return []
+            out.setdefault(tuple(sorted({sf.path for sf in files if sf.status == "resolved"})), None)
+        return list(out) if len(out) > 1 else []
 
     @staticmethod
     def _split_alternatives(m: JitModule) -> None:
@@ -443,7 +462,7 @@ class JitModel:
                         line=m.line, function=m.function, sources=m.sources, flags=m.flags,
                         unresolved=[u for u in m.unresolved if not u[0].startswith(("flags-", "include-path"))],
                         alternatives=m.alternatives, source_choices=m.source_choices,
-                        include_aliases=m.include_aliases)
+                        source_options=m.source_options, include_aliases=m.include_aliases)
         saved = self.fe.bound
         self.fe.bound = bound
         try:
