@@ -37,8 +37,12 @@ def test_one_record_per_variant_bound_through_its_callers(result):
         (15, "gen_program_module", "program_{program}", ["sm_100"], "partial"),
         (16, "gen_fused_sm100_module", "fused_100", ["sm_100", "sm_103", "sm_107"], "software-only"),
         (16, "gen_tcgen05_module", "var_tcgen05", ["sm_100"], "hardware-bound"),
+        # backends.py: a caller fixing `backend` reaches one build call of the generator, never
+        # the one under `elif backend == "hopper":`
+        (19, "gen_portable_scale_module", "backend_portable_portable", sorted(ALL_GPUS), "admitted"),
         (24, "gen_datacenter_module", "datacenter_{program}", ["sm_100"], "hardware-bound"),
         (24, "gen_hopper_module", "var_hopper", ["sm_100", "sm_90"], "hardware-bound"),
+        (25, "gen_hopper_fence_module", "backend_hopper_hopper", ["sm_90"], "hardware-bound"),
         # routes.py: the sources are picked from a table by Literal-annotated parameters: one
         # record per value, each with its own sources and verdict
         (28, "gen_stage_module", "stage_sm100a_gemm", ["sm_100"], "hardware-bound"),
@@ -77,6 +81,10 @@ def test_build_flag_gates_at_the_generators(result):
     got = sorted(((f.gate.path, f.gate.line), f.gate.kind, f.verdict, sorted({(e.path, e.line) for e in f.evidence}))
                  for f in result.findings)
     assert got == [
+        # the hopper build call of backends.py, judged in its own function (its source a
+        # parameter) and through the one caller that reaches it; none at gen_portable_scale_module
+        (("varlib/jit/backends.py", 11), "nvcc-flags", "unresolved", []),
+        (("varlib/jit/backends.py", 25), "build-flags", "hardware-bound", [("varlib/data/csrc/hopper.cu", 2)]),
         # one of two source lists builds for sm_120, the other needs tcgen05: partial; every list
         # needs what sm_120 lacks: hardware-bound
         (("varlib/jit/choices.py", 17), "nvcc-flags", "partial", [("varlib/data/csrc/tcgen05.cu", 2)]),

@@ -188,12 +188,42 @@ class JitModel:
             outer = env
             callers.append((cctx, call, outer))
             env = {p: self.ce.eval(actx, node, outer if actx is cctx else {}) for (_f, p), (actx, node, _c) in b.items()}
+        if not self.reachable_under(site, env):
+            return None
         saved = self.fe.bound
         self.fe.bound = {**saved, **bound}
         try:
             return self._analyse(site, env, callers)
         finally:
             self.fe.bound = saved
+
+    def reachable_under(self, site: SinkSite, env: dict) -> bool:
+        """False when, with the sink function's parameters bound to `env`, an `if` around the
+        sink call is decided against it (`elif backend == "fa3":` for a caller passing "fa2"): that
+        caller never builds this module. Tests that are not constant leave the call reachable."""
+        fctx = site.ctx
+        while fctx is not None and fctx.kind != "function":
+            fctx = fctx.parent
+        if not env or fctx is None or fctx.node is None:
+            return True
+        pos = site.call.sb
+        body = fctx.node.f["body"]
+        while body:
+            st = next((x for x in body if x.sb <= pos < x.eb), None)
+            if st is None or st.k in ("def", "class"):
+                return True
+            if st.k == "if" and not (st.f["test"].sb <= pos < st.f["test"].eb):
+                in_body = any(x.sb <= pos < x.eb for x in st.f["body"])
+                v = self.ce.eval(fctx, st.f["test"], env)
+                if type(v) is bool and v is not in_body:
+                    return False
+                body = st.f["body"] if in_body else st.f["orelse"]
+                continue
+            body = next((sub for key in ("body", "orelse", "final") for sub in [st.f.get(key)]
+                         if isinstance(sub, list) and any(x.sb <= pos < x.eb for x in sub)), None)
+            if body is None and st.k == "try":
+                body = next((h for h in st.f["handlers"] if any(x.sb <= pos < x.eb for x in h)), None)
+        return True
 
     def _written(self, ctx: Ctx, call: N, env: dict, callers: list) -> dict:
         """Path written before the sink call -> origins: in the sink's function, and in each caller
