@@ -32,9 +32,17 @@ def test_one_record_per_variant_bound_through_its_callers(result):
         (12, "gen_alltoall_module", "{alltoall|alltoall_legacy}", sorted(ALL_GPUS), "admitted"),
         (12, "gen_alltoall_module", "{alltoall|alltoall_sm100a}", ["sm_100"], "software-only"),
         (12, "gen_portable_module", "var_portable", ["sm_100"], "software-only"),
+        # choices.py: the sources are one of a table's lists, picked by a run-time argument: judged
+        # list by list, not as their union
+        (15, "gen_program_module", "program_{program}", ["sm_100"], "partial"),
         (16, "gen_fused_sm100_module", "fused_100", ["sm_100", "sm_103", "sm_107"], "software-only"),
         (16, "gen_tcgen05_module", "var_tcgen05", ["sm_100"], "hardware-bound"),
+        # backends.py: a caller fixing `backend` reaches one build call of the generator, never
+        # the one under `elif backend == "hopper":`
+        (19, "gen_portable_scale_module", "backend_portable_portable", sorted(ALL_GPUS), "admitted"),
+        (24, "gen_datacenter_module", "datacenter_{program}", ["sm_100"], "hardware-bound"),
         (24, "gen_hopper_module", "var_hopper", ["sm_100", "sm_90"], "hardware-bound"),
+        (25, "gen_hopper_fence_module", "backend_hopper_hopper", ["sm_90"], "hardware-bound"),
         # routes.py: the sources are picked from a table by Literal-annotated parameters: one
         # record per value, each with its own sources and verdict
         (28, "gen_stage_module", "stage_sm100a_gemm", ["sm_100"], "hardware-bound"),
@@ -73,6 +81,15 @@ def test_build_flag_gates_at_the_generators(result):
     got = sorted(((f.gate.path, f.gate.line), f.gate.kind, f.verdict, sorted({(e.path, e.line) for e in f.evidence}))
                  for f in result.findings)
     assert got == [
+        # the hopper build call of backends.py, judged in its own function (its source a
+        # parameter) and through the one caller that reaches it; none at gen_portable_scale_module
+        (("varlib/jit/backends.py", 11), "nvcc-flags", "unresolved", []),
+        (("varlib/jit/backends.py", 25), "build-flags", "hardware-bound", [("varlib/data/csrc/hopper.cu", 2)]),
+        # one of two source lists builds for sm_120, the other needs tcgen05: partial; every list
+        # needs what sm_120 lacks: hardware-bound
+        (("varlib/jit/choices.py", 17), "nvcc-flags", "partial", [("varlib/data/csrc/tcgen05.cu", 2)]),
+        (("varlib/jit/choices.py", 26), "nvcc-flags", "hardware-bound", [("varlib/data/csrc/hopper.cu", 2),
+                                                                         ("varlib/data/csrc/tcgen05.cu", 2)]),
         # `flags += get_nvcc_flags_list(supported_major_versions=[10])`, passed to a helper's build
         (("varlib/jit/flagparams.py", 18), "arch-list", "software-only", []),
         (("varlib/jit/kdalike.py", 38), "build-flags", "partial", [("varlib/data/csrc/tcgen05.cu", 2)]),
@@ -93,6 +110,10 @@ def test_build_flag_gates_at_the_generators(result):
         (("varlib/jit/specs.py", 68), "build-flags", "software-only", []),
         (("varlib/jit/specs.py", 90), "build-flags", "software-only", []),
     ]
+    p17 = next(f for f in result.findings if f.gate.path.endswith("choices.py") and f.gate.line == 17)
+    assert p17.reason.startswith("program_{program}: the build compiles one of 2 source lists, chosen by its "
+                                 "arguments; on sm_120f every source of 1 of them builds and 1 hold one that cannot: "
+                                 "ptx.tcgen05 ('tcgen05.') at varlib/data/csrc/tcgen05.cu:2")
     g12 = next(f.gate for f in result.findings if f.gate.line == 12)
     p28 = next(f for f in result.findings if f.gate.path.endswith("routes.py") and f.gate.line == 28)
     assert "real kernels for sm_120f from stage_sm100a_quantize; not from the others: stage_sm100a_gemm:" in p28.reason

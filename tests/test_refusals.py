@@ -21,6 +21,24 @@ def test_message_returns_are_refusals(reg):
         31: ("after-early-exit", ["sm_90"]),
         38: ("branch", ["sm_100", "sm_103", "sm_107"]),
     }
-    assert {(f.gate.line, f.verdict) for f in res.findings} == {
+    assert {(f.gate.line, f.verdict) for f in res.findings if f.gate.path == FA4} == {
         (6, "no-gpu-code"), (13, "no-gpu-code"), (18, "unresolved"), (24, "unresolved"), (31, "unresolved"),
         (38, "unresolved")}
+
+
+AVAIL = "refpkg/availability.py"
+
+
+def test_returned_calls_of_functions_that_only_refuse(reg):
+    """`return report_unmet(msg, raise_error=...)` (raises or returns False) and `return
+    log_unmet(msg)` (returns None) leave the function as `return False`/`return None` would: a
+    refusal. A returned call of a function that returns its argument is a selection."""
+    res = scan(FIXTURES / "refusals", [reg.parse("sm_120")])
+    gates = {g.line: (g.region, sorted(g.admits)) for g in res.gates if g.path == AVAIL}
+    assert gates == {
+        21: ("after-early-exit", ["sm_100", "sm_103", "sm_107", "sm_90"]),
+        29: ("after-early-exit", ["sm_100", "sm_103", "sm_107", "sm_110", "sm_120", "sm_121", "sm_90"]),
+        35: ("branch", ["sm_90"]),
+    }
+    assert {(f.gate.line, f.verdict) for f in res.findings if f.gate.path == AVAIL} == {
+        (21, "unresolved"), (35, "unresolved")}

@@ -91,6 +91,9 @@ class JitModule:
     # how many different source lists the sources argument may be (an Alt of lists: a table entry
     # picked by an argument); 1 when it is one list
     source_choices: int = 1
+    # when the sources argument is one of several lists (an Alt of lists): each list's files in the
+    # scan, one tuple per list; empty when it is one list or an option holds a file not found
+    source_options: list[tuple[str, ...]] = field(default_factory=list)
     # files written beside its generated sources that are included, not compiled (a rendered
     # config.inc): (file name, the file of the scan it is rendered or copied from)
     include_aliases: list[tuple[str, str]] = field(default_factory=list)
@@ -185,12 +188,42 @@ class JitModel:
             outer = env
             callers.append((cctx, call, outer))
             env = {p: self.ce.eval(actx, node, outer if actx is cctx else {}) for (_f, p), (actx, node, _c) in b.items()}
+        if not self.reachable_under(site, env):
+            return None
         saved = self.fe.bound
         self.fe.bound = {**saved, **bound}
         try:
             return self._analyse(site, env, callers)
         finally:
             self.fe.bound = saved
+
+    def reachable_under(self, site: SinkSite, env: dict) -> bool:
+        """False when, with the sink function's parameters bound to `env`, an `if` around the
+        sink call is decided against it (`elif backend == "fa3":` for a caller passing "fa2"): that
+        caller never builds this module. Tests that are not constant leave the call reachable."""
+        fctx = site.ctx
+        while fctx is not None and fctx.kind != "function":
+            fctx = fctx.parent
+        if not env or fctx is None or fctx.node is None:
+            return True
+        pos = site.call.sb
+        body = fctx.node.f["body"]
+        while body:
+            st = next((x for x in body if x.sb <= pos < x.eb), None)
+            if st is None or st.k in ("def", "class"):
+                return True
+            if st.k == "if" and not (st.f["test"].sb <= pos < st.f["test"].eb):
+                in_body = any(x.sb <= pos < x.eb for x in st.f["body"])
+                v = self.ce.eval(fctx, st.f["test"], env)
+                if type(v) is bool and v is not in_body:
+                    return False
+                body = st.f["body"] if in_body else st.f["orelse"]
+                continue
+            body = next((sub for key in ("body", "orelse", "final") for sub in [st.f.get(key)]
+                         if isinstance(sub, list) and any(x.sb <= pos < x.eb for x in sub)), None)
+            if body is None and st.k == "try":
+                body = next((h for h in st.f["handlers"] if any(x.sb <= pos < x.eb for x in h)), None)
+        return True
 
     def _written(self, ctx: Ctx, call: N, env: dict, callers: list) -> dict:
         """Path written before the sink call -> origins: in the sink's function, and in each caller
@@ -237,7 +270,7 @@ class JitModel:
                 if v is None or not v.sources or any(k.startswith("sources-") and k[8:] in RAISES
                                                       for k, _r in v.unresolved):
                     continue
-                v.source_choices = 1
+                v.source_choices, v.source_options = 1, []
                 out.setdefault((v.name, tuple(s.path or s.text for s in v.sources), tuple(v.cuda_cflags or ())), v)
         finally:
             self.ce.fixed = saved
@@ -301,6 +334,8 @@ class JitModel:
                 m.unresolved.append((f"sources-{v.reason}", f"{_text(ctx, n)}: {v}"))
                 continue
             m.source_choices = max(m.source_choices, _choices(v))
+            if isinstance(v, Alt) and len(srcs) == 1:
+                m.source_options = self._source_options(v, rule.source_root)
             for item in flatten_values(v):
                 sf = self._source(item, rule.source_root)
                 if sf.status in ("unresolved", "missing"):
@@ -320,6 +355,20 @@ class JitModel:
                 m.sources.append(sf)
         if dest_dirs:
             m.include_aliases = _generated_includes(written, dest_dirs, {k for sf in m.sources for k in [sf.text]})
+
+    def _source_options(self, v: Alt, root: str) -> list[tuple[str, ...]]:
+        """The files of each list an Alt of source lists may be. A candidate path that does not
+        exist while the same file is found through another candidate (an installed or a checkout
+        directory) is left out; any other file not found in an option gives no options at all."""
+        out: dict[tuple[str, ...], None] = {}
+        for option in v.options:
+            files = [self._source(item, root) for item in flatten_values(option)]
+            found = {sf.path.rsplit("/", 1)[-1] for sf in files if sf.status == "resolved"}
+            if any(sf.status != "resolved" and not (sf.status == "missing" and sf.path.rsplit("/", 1)[-1] in found)
+                   for sf in files):
+                return []
+            out.setdefault(tuple(sorted({sf.path for sf in files if sf.status == "resolved"})), None)
+        return list(out) if len(out) > 1 else []
 
     @staticmethod
     def _split_alternatives(m: JitModule) -> None:
@@ -443,7 +492,7 @@ class JitModel:
                         line=m.line, function=m.function, sources=m.sources, flags=m.flags,
                         unresolved=[u for u in m.unresolved if not u[0].startswith(("flags-", "include-path"))],
                         alternatives=m.alternatives, source_choices=m.source_choices,
-                        include_aliases=m.include_aliases)
+                        source_options=m.source_options, include_aliases=m.include_aliases)
         saved = self.fe.bound
         self.fe.bound = bound
         try:

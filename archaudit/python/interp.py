@@ -850,7 +850,7 @@ class Interp:
 
     def _exec_if(self, st: N, fr: Frame) -> None:
         body, orelse = st.f["body"], st.f["orelse"]
-        early_exit = not orelse and bool(body) and _is_exit(body[-1], st.f["test"])
+        early_exit = not orelse and bool(body) and (_is_exit(body[-1], st.f["test"]) or self._returns_refusal(body[-1], fr))
         cond = self._decision(st.f["test"], fr, st, "after-early-exit" if early_exit else "branch", positive=not early_exit)
         saved = fr.mask
         then_mask, else_mask = [], []
@@ -900,6 +900,31 @@ class Interp:
             definitely = m == 1 and (not ta or a == 1) and (not tb or b == 1) and (ta == 1 or tb == 1 or (a == 1 and b == 1))
             out.append(1 if (may and definitely) else (2 if may else 0))
         fr.mask = tuple(out)
+
+    def _returns_refusal(self, last: N, fr: Frame) -> bool:
+        """`return report(msg, raise_error=...)`: a returned call of a function of the scan that
+        only raises or returns None or False, as `return None`/`return False` is a refusal. Every
+        value the callee may be must be such a function."""
+        if last.k != "return" or last.f["value"] is None or last.f["value"].k != "call":
+            return False
+        callee = self.eval(last.f["value"].f["func"], fr)
+        refs = {v for s in callee.sets for v in s}
+        return bool(refs) and all(isinstance(v, FuncRef) and self._only_refuses(v) for v in refs)
+
+    def _only_refuses(self, f: FuncRef) -> bool:
+        """Whether every way out of the function is a raise or a return of nothing, None or False."""
+        mod = self.index.module(f.module)
+        node = mod.function_node(f.qual, f.key) if mod is not None else None
+        if node is None:
+            return False
+        for st in _own_statements(node.f["body"]):
+            if st.k in ("yield", "other"):
+                return False
+            if st.k == "return":
+                v = st.f["value"]
+                if v is not None and not (v.k == "const" and v.f["value"] in (None, False)):
+                    return False
+        return True
 
     def _narrowing(self, test: N, fr: Frame):
         """For `if x`, `if not x`, `if x is None`, `if x is not None` on a local x: the values x
@@ -1920,6 +1945,20 @@ def _target_paths(t: N, path: tuple):
         for i, e in enumerate(t.f["elts"]):
             if e.k != "starred":
                 yield from _target_paths(e, path + (i,))
+
+
+def _own_statements(body: list):
+    """The statements of a function body, through compound statements, not into nested defs."""
+    for st in body:
+        yield st
+        if st.k in ("def", "class"):
+            continue
+        for key in ("body", "orelse", "final"):
+            sub = st.f.get(key)
+            if isinstance(sub, list):
+                yield from _own_statements(sub)
+        for h in st.f.get("handlers", ()) if st.k == "try" else ():
+            yield from _own_statements(h)
 
 
 def _is_exit(last: N, test: N) -> bool:

@@ -72,6 +72,8 @@ class ModuleRef:
     include_aliases: list[tuple[str, str]] = field(default_factory=list)
     # sources whose text the generator builds in Python: path in `sources` -> that text
     texts: dict[str, str] = field(default_factory=dict)
+    # the build compiles one of these lists of files, chosen by its arguments (see JitModule)
+    source_options: list[tuple[str, ...]] = field(default_factory=list)
 
     def tu_roots(self) -> list:
         """The include roots its TUs are analysed with: the generated files first, then its -I paths."""
@@ -153,6 +155,9 @@ class ModuleJudgement:
     entry_kernels: dict[str, list[str]]  # exported name -> kernels (and stub functions) it reaches
     stub_kind: dict[str, str] = field(default_factory=dict)  # function stub -> what makes it one
     entry_reached: dict[str, set[str]] = field(default_factory=dict)  # exported name -> functions it reaches
+    # a module that fails but compiles one of several source lists: (lists whose every source
+    # builds, lists with a source that fails, all lists); None otherwise
+    choices: tuple[int, int, int] | None = None
 
 
 def judge_module(ref: ModuleRef, ct: CompileTarget, tus: TuCache) -> ModuleJudgement:
@@ -168,8 +173,10 @@ def judge_module(ref: ModuleRef, ct: CompileTarget, tus: TuCache) -> ModuleJudge
         return out
     status_of: dict[str, Kernel] = {}
     unknown: list[str] = []
+    predicted: dict[str, str] = {}
     for src in ref.sources:
         tu = tus.analyse(src, ct, ref.tu_roots(), ref.defines, ref.texts.get(src))
+        predicted[src] = tu.prediction
         _add_kernels(tu, status_of, out.stub_kind)
         for name, e in tu.exports.items():
             out.entry_kernels[name] = sorted(set(e.kernels) | ({n for n in e.reached if n in out.stub_kind}))
@@ -186,7 +193,18 @@ def judge_module(ref: ModuleRef, ct: CompileTarget, tus: TuCache) -> ModuleJudge
     _entry_statuses(out, status_of)
     _module_prediction(mv, ct, unknown)
     mv.reason += hard_note
+    if mv.prediction == "fails" and ref.source_options:
+        out.choices = _choices_that_build(ref.source_options, predicted)
     return out
+
+
+def _choices_that_build(options: list[tuple[str, ...]], predicted: dict[str, str]) -> tuple[int, int, int] | None:
+    """(lists that build, lists that fail, all lists) for a module compiling one of several source
+    lists, when some list fails and another builds with real code (every device source it holds
+    builds; host files hold none); None when no list is known to build."""
+    builds = sum(1 for o in options if all(predicted.get(p, "builds") == "builds" for p in o))
+    fails = sum(1 for o in options if any(predicted.get(p) == "fails" for p in o))
+    return (builds, fails, len(options)) if builds and fails else None
 
 
 def _judge_binary(ref: ModuleRef, ct: CompileTarget, mv: ModuleVerdict) -> None:
@@ -376,6 +394,12 @@ def _module_finding(f: Finding, ref: ModuleRef, mj: ModuleJudgement, ct: Compile
     if ref.own_unit_only and not mv.kernels and mv.prediction != "fails":
         return UNRESOLVED, (f"{ref.name}: the check guards host code that defines no kernel, and no JIT module in the "
                             f"scan is known to compile this file with the sources that define the kernels it launches")
+    if mv.prediction == "fails" and mj.choices:
+        # which list is compiled is chosen at run time: on the target some choices build, others not
+        builds, fails, total = mj.choices
+        f.evidence.extend(mj.evidence)
+        return PARTIAL, (f"{ref.name}: the build compiles one of {total} source lists, chosen by its arguments; "
+                         f"on {ct.name} every source of {builds} of them builds and {fails} hold one that cannot: {mv.reason}")
     if mv.prediction == "fails":
         f.evidence.extend(mj.evidence)
         return HARDWARE_BOUND, f"{ref.name}: {mv.reason}"
@@ -1115,7 +1139,8 @@ def module_refs(analysis, mods) -> dict[str, ModuleRef]:
                                   notes=sorted(dict.fromkeys(notes)),
                                   sink=(jm.path, jm.line, int(jm.key.rsplit(":", 1)[1]), jm.function),
                                   platform_needs=need_finder(analysis).needs_of(bm.module),
-                                  include_aliases=list(jm.include_aliases), texts=texts)
+                                  include_aliases=list(jm.include_aliases), texts=texts,
+                                  source_options=list(jm.source_options))
         elif ref.entry_points is not None:
             # reached along several paths: the union of what they call, unknown beats known
             ref.entry_points = None if entry is None else ref.entry_points | entry
