@@ -548,6 +548,8 @@ class ModuleCheck:
     observed: str | None = None
     why: str = ""
     tus: list[TuCheck] = field(default_factory=list)
+    # the build compiles one of these lists of the sources, chosen by its arguments
+    source_lists: list[tuple[str, ...]] = field(default_factory=list)
 
     def to_json(self) -> dict:
         return {"name": self.name, "generator": {"path": self.generator[0], "line": self.generator[1],
@@ -591,9 +593,11 @@ def include_dirs(root: Path, record, scan_roots: list[str], user: tuple[str, ...
 # real reduction kernel after an aborting main kernel); a partial module's real entry points may
 # launch no kernel at all.
 REJECTED, ALL_STUBS, SOME_STUBS, NO_STUBS = "rejected", "all kernels stubs", "some kernels stubs", "no stubs"
+# a module compiling one of several source lists: some lists rejected, every TU of another compiles
+SOME_LISTS_REJECTED = "some source lists rejected"
 CONSISTENT = {
     SOFTWARE_ONLY: (NO_STUBS,),
-    PARTIAL: (SOME_STUBS, ALL_STUBS),
+    PARTIAL: (SOME_STUBS, ALL_STUBS, SOME_LISTS_REJECTED),
     HARDWARE_BOUND: (REJECTED, ALL_STUBS, SOME_STUBS),
 }
 # the matches that rest on what the census cannot see, said in the report
@@ -601,6 +605,19 @@ _CAVEAT = {
     (HARDWARE_BOUND, SOME_STUBS): "consistent if every entry point launches one of the stubs",
     (PARTIAL, ALL_STUBS): "consistent only if the real entry points launch no kernel",
 }
+
+
+def _lists_compiled(check: ModuleCheck, compiled: list, rejected: set[str]) -> None:
+    """For a module compiling one of several source lists: SOME_LISTS_REJECTED when a list with a
+    rejected TU sits beside one whose every TU compiled (no arch error, nothing left unverified)."""
+    ok = {t.source for t in compiled if t.source not in rejected and not _not_verified(t)}
+    seen = {t.source for t in compiled}
+    fine = [lst for lst in check.source_lists
+            if any(p in ok for p in lst) and all(p in ok or p not in seen for p in lst)]
+    if fine and len(fine) < len(check.source_lists):
+        check.observed = SOME_LISTS_REJECTED
+        check.why = (f"{len(fine)} of {len(check.source_lists)} source lists compile for {check.compile_target} "
+                     f"(e.g. {', '.join(fine[0])}); {check.why}")
 
 
 def judge(check: ModuleCheck) -> None:
@@ -616,6 +633,7 @@ def judge(check: ModuleCheck) -> None:
         ctrl = f"; {t.control.target} compiles it" if t.control is not None else ""
         check.observed = REJECTED
         check.why = f"{r.stage} rejects {t.source} for {r.target}: {r.detail}{ctrl}"
+        _lists_compiled(check, compiled, {t.source for t in arch})
     else:
         for t in compiled:
             why = _not_verified(t)
@@ -684,7 +702,8 @@ def verify(root: str, candidates: list[Candidate], reg, gpu_name: str, target: s
     plan: list[tuple[ModuleCheck, TuCheck, Build | None, str | None]] = []
     for c in candidates:
         r = c.record
-        check = ModuleCheck(r.name, list(r.sources), tuple(r.generator), c.claim, c.claim_reason, target, c.via)
+        check = ModuleCheck(r.name, list(r.sources), tuple(r.generator), c.claim, c.claim_reason, target, c.via,
+                            source_lists=list(getattr(r, "source_lists", ())))
         checks.append(check)
         ctrl = control_target(r, reg, target)
         # a -D whose value the scan could not fix (a parameter, flags of alternative branches)

@@ -231,6 +231,20 @@ def test_static_verdict_against_compiles(claim, tus, expected):
     assert _judged(claim, *tus) == expected
 
 
+@pytest.mark.parametrize("lists,tus,expected", [
+    # one of two lists compiles, the other is rejected: what a partial module of source lists claims
+    ([("m0.cu",), ("m1.cu",)], [OK_REAL, PTXAS], ("confirmed", "some source lists rejected")),
+    # every list holds a rejected TU: the partial claim is refuted
+    ([("m0.cu", "m1.cu"), ("m1.cu",)], [OK_REAL, PTXAS], ("refuted", "rejected")),
+])
+def test_source_lists_against_compiles(lists, tus, expected):
+    c = V.ModuleCheck("m", [f"m{i}.cu" for i in range(len(tus))], ("m.py", 1, "gen"), "partial", "", "sm_120f",
+                      "default", source_lists=lists)
+    c.tus = [V.TuCheck(f"m{i}.cu", r, ctrl) for i, (r, ctrl) in enumerate(tus)]
+    V.judge(c)
+    assert (c.result, c.observed) == expected
+
+
 @pytest.mark.parametrize("tus,why", [
     ([OK_REAL, (_compile("missing-header", stage="nvcc", detail="tvm/ffi/function.h"), None)],
      "missing header tvm/ffi/function.h (pass -I): m1.cu"),
@@ -468,3 +482,16 @@ def test_terminated_verify_ends_its_compiles(tmp_path):
     assert err.splitlines()[-1] == "archaudit verify: interrupted; the compiles in flight were ended"
     time.sleep(0.5)
     assert sleepers() == []
+
+
+@pytest.mark.nvcc
+@pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH")
+def test_source_lists_fixture_with_nvcc():
+    """fixtures/jitvariants choices.py: a module compiling one of two source lists is partial on
+    sm_120 when nvcc compiles one list and rejects the other; hardware-bound when it rejects both."""
+    rc, d = _verify(FIXTURES / "jitvariants", "--module", "program_*", "--module", "datacenter_*")
+    assert rc == 0
+    assert _rows(d) == {
+        "program_{program}": ("confirmed", "partial", "some source lists rejected"),
+        "datacenter_{program}": ("confirmed", "hardware-bound", "rejected"),
+    }

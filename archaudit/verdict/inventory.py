@@ -47,6 +47,8 @@ class ModuleRecord:
     defines: dict[str, str] = field(default_factory=dict)
     cuda_flags: list[str] = field(default_factory=list)
     verdicts: dict[str, dict] = field(default_factory=dict)
+    # the build compiles one of these lists of its sources, chosen by its arguments (JitModule)
+    source_lists: list[tuple[str, ...]] = field(default_factory=list)
 
     def to_json(self, reg: Registry) -> dict:
         return {
@@ -139,7 +141,8 @@ class Inventory:
         sources = sorted({s.path or s.text for s in jm.sources})
         known_flags = [f.text for f in jm.flag_items if f.kind == "flag"]
         rec = ModuleRecord(jm.name, gen, (jm.path, jm.line), sources, admits, gates, how,
-                           tuple(jm.hard_coded_archs or ()), list(ref.include_roots), dict(ref.defines), known_flags)
+                           tuple(jm.hard_coded_archs or ()), list(ref.include_roots), dict(ref.defines), known_flags,
+                           source_lists=list(ref.source_options))
         # two call chains that bind the same variant (a generator called from several places)
         key = (rec.name, rec.generator, rec.sink, tuple(rec.sources), rec.hard_archs, tuple(sorted(rec.defines.items())),
                tuple(rec.cuda_flags))
