@@ -35,10 +35,10 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from ..model import Gate, Link
-from ..parsing.python_ir import N
+from ..parsing.python_ir import N, iter_stmts
 from .graph import UNRESOLVED_PREFIX, Call, CallGraph
 from .jit import JitModel, JitModule
-from .resolve import Ctx, iter_stmts, looked_up_name, walk_exprs
+from .resolve import Ctx, looked_up_name, walk_exprs
 
 WORD_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # marks an attribute looked up at run time among the calls outside what the search follows

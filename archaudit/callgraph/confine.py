@@ -45,12 +45,12 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
-from ..parsing.python_ir import N
+from ..parsing.python_ir import N, iter_stmts
 from ..python.bindings import flat_targets, names_bound, statement_bindings
 from ..python.pybytes import word_pattern
 from .behind import path_to_call
 from .graph import UNRESOLVED_PREFIX, Call
-from .resolve import Ctx, iter_stmts, walk_exprs
+from .resolve import Ctx, walk_exprs
 from .stateflow import State, StateReads, in_comment, state_of, written_targets
 
 MAX_CALLER_LEVELS = 3

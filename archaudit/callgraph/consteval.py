@@ -27,9 +27,9 @@ import posixpath
 import re
 from dataclasses import dataclass
 
-from ..parsing.python_ir import N, dotted_name
+from ..parsing.python_ir import N, dotted_name, iter_stmts
 from ..safeio import MAX_JSON_DEPTH, json_depth_ok
-from .resolve import Ctx, Resolver, iter_stmts, walk_exprs
+from .resolve import Ctx, Resolver, walk_exprs
 
 MAX_DEPTH = 40  # expression nesting within one function
 MAX_FRAMES = 12  # calls of scanned functions nested in one evaluation

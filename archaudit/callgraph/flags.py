@@ -11,10 +11,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..parsing.python_ir import N, dotted_name
+from ..parsing.python_ir import N, dotted_name, iter_stmts
 from .consteval import (RAISES, Alt, ConstEval, FuncV, ModV, PathV, Some, Unknown, assign_target, flatten_values,
                         stmts_with_loops, unstar)
-from .resolve import Ctx, Resolver, iter_stmts
+from .resolve import Ctx, Resolver
 
 MAX_DEPTH = 24
 MAX_FLAGS = 256

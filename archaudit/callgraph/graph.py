@@ -20,12 +20,12 @@ from dataclasses import dataclass, replace
 
 import networkx as nx
 
-from ..parsing.python_ir import N
+from ..parsing.python_ir import N, iter_stmts
 from ..parsing.words import words_of
 from ..python.index import Index, flatten_top
 from ..python.pybytes import ExternalRoots, word_pattern
 from ..ruledata import load_rule
-from .resolve import Ctx, Ref, Resolver, iter_stmts, walk_exprs
+from .resolve import Ctx, Ref, Resolver, walk_exprs
 
 UNRESOLVED_PREFIX = "<unresolved:"
 MAX_CALLER_MODULES = 40  # reverse search: more modules naming a function than this is reported, not searched

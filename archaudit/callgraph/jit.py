@@ -17,13 +17,13 @@ import re
 from dataclasses import dataclass, field
 
 from ..cuda.preproc import UNKNOWN_VALUE
-from ..parsing.python_ir import N
+from ..parsing.python_ir import N, iter_stmts
 from ..python.index import function_at_line
 from ..targets import Registry, admits_of_nvcc_flags
 from .consteval import RAISES, Alt, ConstEval, PathV, Unknown, flatten_values
 from .generated import Generated, text_keys
 from .flags import Flag, FlagEval, bind_args, defines_of, hard_coded_archs, is_arch_flag, unknown_defines
-from .resolve import Ctx, Resolver, SinkSite, iter_stmts, walk_exprs
+from .resolve import Ctx, Resolver, SinkSite, walk_exprs
 from .rules import ArgSpec
 
 _ARCH_FLAG = re.compile(r"-gencode|arch=|compute_\d|sm_\d|^-arch|--gpu-architecture|-code=")

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 
 from ..parsing.brackets import split_top_level_commas
-from ..parsing.python_ir import N, decorator_name, dotted_name
+from ..parsing.python_ir import N, decorator_name, dotted_name, iter_stmts
 from ..python.bindings import (AugmentedAssignment, Assignment, ClassDefinition, Definition, FromImport, LoopBinding,
                                ModuleImport, StarImport, WithBinding, statement_bindings)
 from ..python.index import Index, ModuleInfo, flatten_top
@@ -126,22 +126,6 @@ def walk_exprs(x):
             stack.extend(v.f.values())
         elif isinstance(v, (list, tuple)):
             stack.extend(v)
-
-
-def iter_stmts(body: list, into_defs: bool = False):
-    """Statements of a body, recursively through compound statements but not nested defs/classes."""
-    for st in body:
-        yield st
-        k = st.k
-        if k in ("def", "class") and not into_defs:
-            continue
-        for key in ("body", "orelse", "final"):
-            sub = st.f.get(key)
-            if isinstance(sub, list):
-                yield from iter_stmts(sub, into_defs)
-        if k == "try":
-            for h in st.f["handlers"]:
-                yield from iter_stmts(h, into_defs)
 
 
 _ANN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")

@@ -23,10 +23,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..parsing.python_ir import N
+from ..parsing.python_ir import N, iter_stmts
 from ..python.bindings import flat_targets
 from ..python.pybytes import word_pattern
-from .resolve import Ctx, iter_stmts, walk_exprs
+from .resolve import Ctx, walk_exprs
 
 MAX_STATE_MODULES = 24  # modules naming the state: more, and the state is too common to follow
 MAX_READS = 48  # read sites of one state

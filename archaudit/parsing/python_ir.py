@@ -1275,3 +1275,19 @@ def decorator_name(d: N) -> str:
     if d.k == "name":
         return d.f["id"]
     return ""
+
+
+def iter_stmts(body: list, into_defs: bool = False):
+    """Statements of a body, recursively through compound statements but not nested defs/classes."""
+    for st in body:
+        yield st
+        k = st.k
+        if k in ("def", "class") and not into_defs:
+            continue
+        for key in ("body", "orelse", "final"):
+            sub = st.f.get(key)
+            if isinstance(sub, list):
+                yield from iter_stmts(sub, into_defs)
+        if k == "try":
+            for h in st.f["handlers"]:
+                yield from iter_stmts(h, into_defs)

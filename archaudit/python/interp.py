@@ -20,7 +20,7 @@ from ..targets import Registry, admits_of_arch_list, admits_of_nvcc_flags
 from .bindings import (Assignment, ClassDefinition, Definition, FromImport, LoopBinding, ModuleImport, StarImport,
                        WithBinding, imports_of, relative_module, statement_bindings)
 from .index import Index, ModuleInfo, is_accessor
-from ..parsing.python_ir import N, decorator_name, parse_python
+from ..parsing.python_ir import N, decorator_name, iter_stmts, parse_python
 from .values import (
     AV,
     OPAQUE,
@@ -917,7 +917,7 @@ class Interp:
         node = mod.function_node(f.qual, f.key) if mod is not None else None
         if node is None:
             return False
-        for st in _own_statements(node.f["body"]):
+        for st in iter_stmts(node.f["body"]):
             if st.k in ("yield", "other"):
                 return False
             if st.k == "return":
@@ -1945,20 +1945,6 @@ def _target_paths(t: N, path: tuple):
         for i, e in enumerate(t.f["elts"]):
             if e.k != "starred":
                 yield from _target_paths(e, path + (i,))
-
-
-def _own_statements(body: list):
-    """The statements of a function body, through compound statements, not into nested defs."""
-    for st in body:
-        yield st
-        if st.k in ("def", "class"):
-            continue
-        for key in ("body", "orelse", "final"):
-            sub = st.f.get(key)
-            if isinstance(sub, list):
-                yield from _own_statements(sub)
-        for h in st.f.get("handlers", ()) if st.k == "try" else ():
-            yield from _own_statements(h)
 
 
 def _is_exit(last: N, test: N) -> bool:
