@@ -31,14 +31,16 @@ AVAIL = "refpkg/availability.py"
 
 def test_returned_calls_of_functions_that_only_refuse(reg):
     """`return report_unmet(msg, raise_error=...)` (raises or returns False) and `return
-    log_unmet(msg)` (returns None) leave the function as `return False`/`return None` would: a
-    refusal. A returned call of a function that returns its argument is a selection."""
+    log_unmet(msg)` (logs, returns False) leave the function as `return False` would: a refusal.
+    A returned call of a function that returns its argument, or of a procedure that does the work
+    and returns None (`return scale_in_place(x)`), is the guarded path: a selection."""
     res = scan(FIXTURES / "refusals", [reg.parse("sm_120")])
     gates = {g.line: (g.region, sorted(g.admits)) for g in res.gates if g.path == AVAIL}
     assert gates == {
-        21: ("after-early-exit", ["sm_100", "sm_103", "sm_107", "sm_90"]),
-        29: ("after-early-exit", ["sm_100", "sm_103", "sm_107", "sm_110", "sm_120", "sm_121", "sm_90"]),
-        35: ("branch", ["sm_90"]),
+        27: ("after-early-exit", ["sm_100", "sm_103", "sm_107", "sm_90"]),
+        35: ("after-early-exit", ["sm_100", "sm_103", "sm_107", "sm_110", "sm_120", "sm_121", "sm_90"]),
+        41: ("branch", ["sm_90"]),
+        47: ("branch", ["sm_100", "sm_103", "sm_107", "sm_110", "sm_120", "sm_121", "sm_90"]),
     }
     assert {(f.gate.line, f.verdict) for f in res.findings if f.gate.path == AVAIL} == {
-        (21, "unresolved"), (35, "unresolved")}
+        (27, "unresolved"), (41, "unresolved")}

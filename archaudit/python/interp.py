@@ -912,19 +912,26 @@ class Interp:
         return bool(refs) and all(isinstance(v, FuncRef) and self._only_refuses(v) for v in refs)
 
     def _only_refuses(self, f: FuncRef) -> bool:
-        """Whether every way out of the function is a raise or a return of nothing, None or False."""
+        """Whether every way out of the function is a raise or a return of nothing, None or False,
+        and one of them says no (a raise or `return False`): a procedure that does its work and
+        returns None (`return scale_in_place(x)`) is the guarded path itself, not a refusal."""
         mod = self.index.module(f.module)
-        node = mod.function_node(f.qual, f.key) if mod is not None else None
-        if node is None:
+        node = mod.function_node(f.qual, f.key) if mod is not None and not mod.parsed.shallow else None
+        if node is None or not node.f["body"]:
+            # not found, or its module read without function bodies: not known to refuse
             return False
+        says_no = False
         for st in iter_stmts(node.f["body"]):
             if st.k in ("yield", "other"):
                 return False
-            if st.k == "return":
+            if st.k == "raise":
+                says_no = True
+            elif st.k == "return":
                 v = st.f["value"]
                 if v is not None and not (v.k == "const" and v.f["value"] in (None, False)):
                     return False
-        return True
+                says_no = says_no or (v is not None and v.f["value"] is False)
+        return says_no
 
     def _narrowing(self, test: N, fr: Frame):
         """For `if x`, `if not x`, `if x is None`, `if x is not None` on a local x: the values x
