@@ -1215,6 +1215,12 @@ class Interp:
             out_sets.append(cap(frozenset(acc)))
         return AV(tuple(out_sets))
 
+    def _e_slice(self, n: N, fr: Frame) -> AV:
+        """`lower:upper:step` inside a subscript: a _Slice of the parts, each an int or None."""
+        parts = [self.eval(n.f[k], fr) if n.f[k] is not None else self.dom.NONE for k in ("lower", "upper", "step")]
+        ab = self.dom.map2(parts[0], parts[1], lambda a, b: (a, b) if _slice_bound(a) and _slice_bound(b) else _raise())
+        return self.dom.map2(ab, parts[2], lambda ab, c: _Slice(*ab, c) if _slice_bound(c) else _raise())
+
     def _e_tuple(self, n: N, fr: Frame) -> AV:
         return self._seq(n, fr)
 
@@ -1695,7 +1701,7 @@ class Interp:
         if isinstance(obj, FrozenDict) and name in ("keys", "values", "items"):
             return self.dom.const(tuple({"keys": [k for k, _ in obj.items], "values": [v for _, v in obj.items],
                                          "items": list(obj.items)}[name]))
-        if isinstance(obj, str) and name in ("split", "startswith", "endswith", "lower", "upper", "strip", "replace", "format", "join"):
+        if isinstance(obj, str) and name in _STR_METHODS:
             vals = [a.single() for a in args]
             if any(v is None and a.single() is None for v, a in zip(vals, args)):
                 return self.dom.OPAQUE
@@ -1892,6 +1898,26 @@ def _target_of(v) -> "TvmTarget | str | None":
     return TvmTarget(kind, arch) if arch else "device"
 
 
+# str methods evaluated on a known string (arguments known too): what arch strings go through
+# ("sm_90a".split("_")[1].rstrip("af"), "sm_100".replace("sm_", "").isdigit())
+_STR_METHODS = frozenset(("split", "rsplit", "startswith", "endswith", "lower", "upper", "strip", "lstrip", "rstrip",
+                          "replace", "format", "join", "removeprefix", "removesuffix", "isdigit", "isnumeric",
+                          "partition", "rpartition"))
+
+
+@dataclass(frozen=True, slots=True)
+class _Slice:
+    """A slice `lower:upper:step` with int (or None) parts: a subscript of a string or tuple."""
+
+    lower: int | None
+    upper: int | None
+    step: int | None
+
+
+def _slice_bound(v) -> bool:
+    return v is None or (isinstance(v, int) and not isinstance(v, bool))
+
+
 def _all_str(av: AV) -> bool:
     """Is every value this may be a string (a name the analysis can read)?"""
     return all(isinstance(v, str) for s in av.sets for v in s)
@@ -2031,7 +2057,8 @@ def _opaque_to_env(av: AV) -> AV:
 
 
 def _index(v, i):
-    if isinstance(v, tuple):
+    if isinstance(v, (tuple, str)):
+        # `major, minor = "90"` unpacks a string's characters
         return v[i]
     if isinstance(v, _CapProps):
         raise TypeError
@@ -2046,6 +2073,8 @@ def _subscript(v, i):
         return r
     if isinstance(v, (tuple, str)) and isinstance(i, int):
         return v[i]
+    if isinstance(v, (tuple, str)) and isinstance(i, _Slice):
+        return v[i.lower:i.upper:i.step]
     raise TypeError
 
 
