@@ -278,6 +278,8 @@ class Interp:
                       if f.endswith("{cc}") or g.cc >= self.rules.target_suffixed_from) or UNKNOWN_SET
             for g in self.gpus))
         self._tvm_device = self.dom.per([_TvmDevice(g.major, g.minor) for g in self.gpus])
+        # the last part of each TVM target class's name, as an annotation may spell it
+        self._target_class_names = frozenset(c.rsplit(".", 1)[-1].encode() for c in self.rules.target_classes)
 
     # ------------------------------------------------------------------ helpers
     def arch_dependent(self, av: AV) -> bool:
@@ -683,6 +685,26 @@ class Interp:
         if isinstance(av, AV) and any(isinstance(v, _CONTAINERS) for s in av.sets for v in s):
             self._assign_name(fr, name, self.dom.OPAQUE)
 
+    def _appended(self, receiver: N, method: str, args: list[AV], kwargs: dict, fr: Frame) -> bool:
+        """`conditions.append(major >= 9)` (or `.extend(seq)`) on a list held by a local name, run
+        at most once on each GPU (no loop around it, no branch the analysis could not decide):
+        the name becomes the longer list. Elsewhere (False) the list is forgotten."""
+        if method not in ("append", "extend") or receiver.k != "name" or len(args) != 1 or kwargs:
+            return False
+        if any(m == 2 for m in fr.mask):
+            return False
+        name = receiver.f["id"]
+        av = fr.env.get(name)
+        if not isinstance(av, AV) or not all(
+                isinstance(v, tuple) for s, m in zip(av.sets, fr.mask) if m for v in s):
+            return False
+        if method == "append":
+            grown = self.dom.map2(av, args[0], lambda a, b: a + (b,))
+        else:
+            grown = self.dom.map2(av, args[0], lambda a, b: a + b if isinstance(b, tuple) else _raise())
+        self._assign_name(fr, name, grown)
+        return True
+
     def _bind_target(self, fr: Frame, target: N, av: AV, via: frozenset) -> None:
         k = target.k
         if k == "subscript":
@@ -793,12 +815,15 @@ class Interp:
         saved = fr.mask
         self._exec_block(st.f["body"], fr)
         after_body = fr.mask
+        # the paths a handler may leave by its end (one that raises or returns leaves none)
+        handled = (0,) * self.n
         for h in st.f["handlers"]:
             fr.mask = tuple(2 if m else 0 for m in saved)
             self._exec_block(h, fr)
+            handled = tuple(2 if (a or b) else 0 for a, b in zip(handled, fr.mask))
         fr.mask = after_body
         self._exec_block(st.f["orelse"], fr)
-        fr.mask = tuple(max(a, 2 if b else 0) if (a or b) else 0 for a, b in zip(fr.mask, saved)) if st.f["handlers"] else fr.mask
+        fr.mask = tuple(max(a, b) if (a or b) else 0 for a, b in zip(fr.mask, handled)) if st.f["handlers"] else fr.mask
         end = fr.mask
         fr.mask = tuple(m if m else 0 for m in saved)
         self._exec_block(st.f["final"], fr)
@@ -1396,7 +1421,7 @@ class Interp:
         if fr.report and callee_name in self.rules.jit_builders:
             self._check_jit_flags(n, fr, kwargs)
 
-        if callee_name in _MUTATORS and fn_node.k == "attr":
+        if callee_name in _MUTATORS and fn_node.k == "attr" and not self._appended(fn_node.f["value"], callee_name, args, kwargs, fr):
             self._forget_mutated(fn_node.f["value"], fr)
         result = self.dom.flat_map(func, self._call1, args, kwargs, callee_name)
         if callee_name in self.rules.target_predicates and not self.arch_dependent(result) and self._unknownish(func):
@@ -1663,6 +1688,27 @@ class Interp:
             self._note("tvm-target Target(\"cuda\") given no arch: the device's")
         return AV(tuple(sets))
 
+    def _unknown_param(self, mod: ModuleInfo, node: N, pname: str) -> AV:
+        """A parameter given no value: unknown, except one annotated as a TVM target class
+        (`target: Target`, `Target | None`, `Optional[tvm.target.Target]`): the target a caller
+        compiles for, which the compile step derives from the device when the user names none
+        ("auto"), so the GPU's own target, as a target predicate given such a parameter."""
+        ann = _param_annotations(mod.parsed.src, node, self._target_class_names).get(pname)
+        if ann is None:
+            return self.dom.OPAQUE
+        for dotted in ann:
+            head, *rest = dotted.split(".")
+            av = self.global_value(mod.name, head)
+            for a in rest:
+                if av is None:
+                    break
+                av = self.dom.flat_map(av, self._getattr1, a)
+            v = av.single() if av is not None else None
+            if isinstance(v, ExtRef) and v.dotted in self.rules.target_classes:
+                self._note(f"tvm-target parameter {pname}: {v.dotted}: the target the device gives")
+                return self._device_target
+        return self.dom.OPAQUE
+
     def _target_predicate(self, name: str, args: list[AV]) -> AV:
         """A target predicate of rules/gates.toml [[tvm_target.predicate]] (tilelang's
         TargetIsHopper, ...) on its target: exact on a target the analysis knows, the GPU's own
@@ -1809,7 +1855,7 @@ class Interp:
             elif default is not None and "**" not in kwargs:
                 env[pname] = self.eval(default, gframe)
             else:
-                env[pname] = self.dom.OPAQUE
+                env[pname] = self._unknown_param(mod, node, pname)
         cls = None
         if "." in f.qual and "<locals>" not in f.qual.rsplit(".", 1)[0]:
             cls = ClassRef(mod.name, f.qual.rsplit(".", 1)[0])
@@ -1916,6 +1962,27 @@ class _Slice:
 
 def _slice_bound(v) -> bool:
     return v is None or (isinstance(v, int) and not isinstance(v, bool))
+
+
+_ANNOTATED_PARAM = re.compile(rb"([A-Za-z_][A-Za-z0-9_]*)[ \t]*:[ \t]*([^,=)\n]*(?:\[[^\]\n]*\][^,=)\n]*)?)")
+_DOTTED = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+def _param_annotations(src: bytes, node: N, names: frozenset) -> dict[str, tuple[str, ...]]:
+    """The dotted names in the annotations of a def's parameters whose annotation mentions one of
+    `names` (read from the def's header bytes, which the IR does not keep): {param: names}."""
+    body = node.f.get("body") or []
+    head = src[node.sb:body[0].sb] if body else src[node.sb:node.eb]
+    if not any(n in head for n in names):
+        return {}
+    open_at = head.find(b"(")
+    out = {}
+    for m in _ANNOTATED_PARAM.finditer(head, open_at + 1 if open_at >= 0 else 0):
+        ann = m.group(2)
+        dotted = tuple(d.decode() for d in _DOTTED.findall(ann))
+        if any(d.rsplit(".", 1)[-1].encode() in names for d in dotted):
+            out[m.group(1).decode()] = dotted
+    return out
 
 
 def _all_str(av: AV) -> bool:
