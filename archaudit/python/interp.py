@@ -1688,7 +1688,7 @@ class Interp:
             self._note("tvm-target Target(\"cuda\") given no arch: the device's")
         return AV(tuple(sets))
 
-    def _unknown_param(self, mod: ModuleInfo, node: N, pname: str) -> AV:
+    def _unknown_param(self, mod: ModuleInfo, node: N, pname: str, notes: dict) -> AV:
         """A parameter given no value: unknown, except one annotated as a TVM target class
         (`target: Target`, `Target | None`, `Optional[tvm.target.Target]`): the target a caller
         compiles for, which the compile step derives from the device when the user names none
@@ -1705,7 +1705,7 @@ class Interp:
                 av = self.dom.flat_map(av, self._getattr1, a)
             v = av.single() if av is not None else None
             if isinstance(v, ExtRef) and v.dotted in self.rules.target_classes:
-                self._note(f"tvm-target parameter {pname}: {v.dotted}: the target the device gives")
+                notes[pname] = f"tvm-target parameter {pname}: {v.dotted}: the target the device gives"
                 return self._device_target
         return self.dom.OPAQUE
 
@@ -1837,6 +1837,7 @@ class Interp:
 
     def _run_function(self, mod: ModuleInfo, f: FuncRef, node: N, args: list[AV], kwargs: dict, report: bool) -> AV:
         env: dict[str, Any] = {}
+        target_params: dict[str, str] = {}  # parameter -> why it holds the GPU's own target
         params = node.f["params"]
         pos = list(args)
         gframe = Frame(mod, {}, self.ALL, mod.name, None, False, True)
@@ -1855,11 +1856,13 @@ class Interp:
             elif default is not None and "**" not in kwargs:
                 env[pname] = self.eval(default, gframe)
             else:
-                env[pname] = self._unknown_param(mod, node, pname)
+                env[pname] = self._unknown_param(mod, node, pname, target_params)
         cls = None
         if "." in f.qual and "<locals>" not in f.qual.rsplit(".", 1)[0]:
             cls = ClassRef(mod.name, f.qual.rsplit(".", 1)[0])
         fr = Frame(mod, env, self.ALL, f"{mod.name}.{f.qual}", cls, report=report)
+        for pname, note in target_params.items():
+            fr.via[pname] = frozenset((note,))
         self._exec_block(node.f["body"], fr)
         ret = [cap(r | (self.dom.NONE.sets[0] if m else frozenset())) for r, m in zip(fr.ret, fr.mask)]
         ret = [r if r else UNKNOWN_SET for r in ret]
