@@ -204,7 +204,7 @@ class GateRecord:
 
 
 class Frame:
-    __slots__ = ("mod", "env", "via", "mask", "ret", "func", "cls", "report", "is_module", "dyn")
+    __slots__ = ("mod", "env", "via", "mask", "ret", "func", "cls", "report", "is_module", "dyn", "defaults", "node")
 
     def __init__(self, mod: ModuleInfo, env: dict, mask: tuple, func: str, cls: ClassRef | None, report: bool, is_module=False):
         self.mod = mod
@@ -218,6 +218,9 @@ class Frame:
         self.is_module = is_module
         # local name -> the lookups by unread strings its value came from (see _unread_lookup)
         self.dyn: dict[str, list] = {}
+        # a reported function's parameters bound to their defaults (callers may pass others), and its def
+        self.defaults: frozenset = frozenset()
+        self.node: N | None = None
 
 
 class Interp:
@@ -1612,11 +1615,39 @@ class Interp:
                 continue
             v = av.single()
             if isinstance(v, tuple) and all(isinstance(x, str) for x in v):
+                if self._from_default(fr, kw, n):
+                    # flags chosen by a parameter the reading took at its default: one build among
+                    # those the callers ask for, not the build's flags (left to the inventory)
+                    continue
                 adm = admits_of_nvcc_flags(self.reg, list(v))
                 if adm is not None:
                     flags = [x for x in v if "arch" in x or "code=" in x]
                     self._record(fr, n, NVCC_FLAGS, adm, [], [f"{kw}: {' '.join(flags)}"], "argument",
                                  expr_node=n, extra={"flags": flags})
+
+    def _from_default(self, fr: Frame, kw: str, call: N) -> bool:
+        """Does keyword `kw` of `call` depend, through the names the function assigns, on a
+        parameter the reported function's reading bound to its default?"""
+        if not fr.defaults or fr.node is None:
+            return False
+        expr = next((v for k, v in call.f["kwargs"] if k == kw), None)
+        if expr is None:
+            return False
+        deps: dict[str, set] = {}
+        for st in _walk(fr.node.f["body"]):
+            if st.k == "assign" and st.f["value"] is not None:
+                used = _names_in(st.f["value"])
+                for t in st.f["targets"]:
+                    for nm in _names_in(t):
+                        deps.setdefault(nm, set()).update(used)
+        seen, todo = set(), list(_names_in(expr))
+        while todo:
+            nm = todo.pop()
+            if nm in seen:
+                continue
+            seen.add(nm)
+            todo.extend(deps.get(nm, ()))
+        return bool(seen & fr.defaults)
 
     def _call1(self, f, args: list[AV], kwargs: dict, callee_name: str | None) -> AV:
         if isinstance(f, FuncRef):
@@ -1838,6 +1869,7 @@ class Interp:
     def _run_function(self, mod: ModuleInfo, f: FuncRef, node: N, args: list[AV], kwargs: dict, report: bool) -> AV:
         env: dict[str, Any] = {}
         target_params: dict[str, str] = {}  # parameter -> why it holds the GPU's own target
+        defaults: list[str] = []
         params = node.f["params"]
         pos = list(args)
         gframe = Frame(mod, {}, self.ALL, mod.name, None, False, True)
@@ -1855,6 +1887,7 @@ class Interp:
                 env[pname] = kwargs[pname]
             elif default is not None and "**" not in kwargs:
                 env[pname] = self.eval(default, gframe)
+                defaults.append(pname)
             else:
                 env[pname] = self._unknown_param(mod, node, pname, target_params)
         cls = None
@@ -1863,6 +1896,8 @@ class Interp:
         fr = Frame(mod, env, self.ALL, f"{mod.name}.{f.qual}", cls, report=report)
         for pname, note in target_params.items():
             fr.via[pname] = frozenset((note,))
+        if report:
+            fr.defaults, fr.node = frozenset(defaults), node
         self._exec_block(node.f["body"], fr)
         ret = [cap(r | (self.dom.NONE.sets[0] if m else frozenset())) for r, m in zip(fr.ret, fr.mask)]
         ret = [r if r else UNKNOWN_SET for r in ret]
@@ -1986,6 +2021,21 @@ def _param_annotations(src: bytes, node: N, names: frozenset) -> dict[str, tuple
         if any(d.rsplit(".", 1)[-1].encode() in names for d in dotted):
             out[m.group(1).decode()] = dotted
     return out
+
+
+def _walk(x):
+    """Every node in x (a node, or lists and tuples of them), depth first."""
+    if isinstance(x, N):
+        yield x
+        for v in x.f.values():
+            yield from _walk(v)
+    elif isinstance(x, (list, tuple)):
+        for v in x:
+            yield from _walk(v)
+
+
+def _names_in(x) -> set[str]:
+    return {n.f["id"] for n in _walk(x) if n.k == "name"}
 
 
 def _all_str(av: AV) -> bool:
