@@ -77,8 +77,10 @@ def _trigger_alternatives() -> list[bytes]:
     built = [re.escape(c.encode()) + rb"""\(\s*["']cuda\b""" for c in classes]
     # a parameter annotated as a target (`target: Target`, `Target | None`, "Optional[Target]"),
     # which the interpreter reads as the GPU's own target
-    annotated = [rb"""[(,]\s*\w+\s*:\s*["']?(?:Optional\[)?(?:\w+\.)*""" + re.escape(c.encode()) + rb"\b"
-                 for c in classes]
+    # (the class's name or a dotted tail of it: not torch.fx.node.Target)
+    spelled = sorted({".".join(c.split(".")[i:]) for c in tt.get("classes", []) for i in range(len(c.split(".")))})
+    annotated = [rb"""[(,]\s*\w+\s*:\s*["']?(?:Optional\[)?(?:""" + b"|".join(re.escape(x.encode()) for x in spelled)
+                 + rb")\b(?!\.)"] if spelled else []
     return [*TRIGGER_ALTERNATIVES, *(re.escape(k.encode()) for k in sorted(kws)), *built, *annotated]
 
 
