@@ -850,6 +850,11 @@ class Interp:
         if not fr.is_module:
             ref = self._nested_ref(fr, st)
             self._assign_name(fr, st.f["name"], self.dom.const(ref) if ref else self.dom.OPAQUE)
+            # `nonlocal found` in it: whenever it runs (a callback of a visitor) it may rebind
+            # `found`, which from here on is unknown (`found = False; def visit(n): nonlocal found`)
+            for name in {x for s in _walk(st.f["body"]) if s.k == "nonlocal" for x in s.f["names"]}:
+                if name in fr.env:
+                    self._assign_name(fr, name, self.dom.OPAQUE)
         else:
             self._bind_def(fr, st)
 
