@@ -26,6 +26,7 @@ a += 1
 del a
 (f"v{x!r}" "w", b"raw", -x, not x, x if y else z, x < y is not z, x and y, x | y)
 s = o.attr[1, 2][k]
+s = o[1:n][::-1][a:]
 g(*args, p, key=v, **kw)
 xs = [*ys]
 h(t for t in ts if t)

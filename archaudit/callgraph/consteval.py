@@ -624,7 +624,7 @@ class ConstEval:
     def _subscript_expr(self, ctx: Ctx, n: N, env: dict, depth: int):
         """`value[index]`, or `value[a:b]` with constant integer bounds."""
         base = self.eval(ctx, n.f["value"], env, depth + 1)
-        if n.f["index"].k == "other":
+        if n.f["index"].k in ("slice", "other"):
             # a slice: constant integer bounds only
             m = _SLICE.fullmatch(_short(ctx, n.f["index"]))
             if m is None:

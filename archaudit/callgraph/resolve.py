@@ -994,7 +994,7 @@ class Resolver:
         container itself."""
         base = self.eval(ctx, n.f["value"], depth + 1)
         idx = n.f["index"]
-        if idx is not None and idx.k == "other" and b":" in ctx.mod.parsed.src[idx.sb:idx.eb]:
+        if idx is not None and idx.k in ("slice", "other") and b":" in ctx.mod.parsed.src[idx.sb:idx.eb]:
             got = tuple(x for x in base if x.kind == "builtin" and x.extra in self._containers)
             return got or (unres("dynamic-callee", "subscript"),)
         key = idx.f["value"] if idx is not None and idx.k == "const" and isinstance(idx.f["value"], (str, int)) else None

@@ -167,6 +167,9 @@ NODE_FIELDS: dict[str, tuple[Field, ...]] = {
               Field("orelse", "N", False, "the value otherwise")),
     "walrus": (Field("target", "str", False, "the assigned name"), Field("value", "N", False, "the value")),
     "starred": (Field("value", "N", True, "the expression after * or **"),),
+    "slice": (Field("lower", "N", True, "the start (None: left out)"),
+              Field("upper", "N", True, "the stop (None: left out)"),
+              Field("step", "N", True, "the step (None: left out)")),
     "lambda": (Field("body", "N", True, "the body expression"), Field("params", "params", False, "the parameters")),
     "comp": (Field("kind", "str", False, "\"list\", \"set\", \"gen\" or \"dict\""),
              Field("body", "N", True, "the element expression (None for a dict comprehension)"),
@@ -889,6 +892,18 @@ class _Converter:
         ch = ts.named_children
         return self.mk("starred", ts, value=self.expr(ch[0]) if ch else None)
 
+    def _e_slice(self, ts) -> N:
+        """`lower:upper:step` inside a subscript, each part optional (the grammar names none of
+        them: they are told apart by the colons before them)."""
+        parts: list = [None, None, None]
+        colons = 0
+        for c in ts.children:
+            if c.type == ":":
+                colons += 1
+            elif c.is_named and colons < 3 and c.type != "comment":
+                parts[colons] = self.expr(c)
+        return self.mk("slice", ts, lower=parts[0], upper=parts[1], step=parts[2])
+
     def _e_lambda(self, ts) -> N:
         """A lambda: its body expression and parameters."""
         return self.mk("lambda", ts, body=self.opt_expr(ts.child_by_field_name("body")), params=self.params(ts.child_by_field_name("parameters")))
@@ -1006,6 +1021,7 @@ _EXPR_HANDLERS = {
     "parenthesized_expression": _Converter._e_paren,
     "await": _Converter._e_await,
     "named_expression": _Converter._e_walrus,
+    "slice": _Converter._e_slice,
     "list_splat": _Converter._e_starred,
     "dictionary_splat": _Converter._e_starred,
     "list_splat_pattern": _Converter._e_starred,

@@ -64,8 +64,9 @@ _DIGITS = b"0123456789"
 
 def _trigger_alternatives() -> list[bytes]:
     """TRIGGER_ALTERNATIVES plus the JIT flag keywords and the TVM target predicates of
-    rules/gates.toml (as Interp's Rules reads them), and the TVM calls that give the device's
-    target (`Target.current()`, a device handle's `compute_version`)."""
+    rules/gates.toml (as Interp's Rules reads them), the TVM calls that give the device's
+    target (`Target.current()`, a device handle's `compute_version`) and parameters annotated
+    as a TVM target."""
     data = load_rule("gates")
     kws = set(data.get("jit_builders", {}).get("flag_keywords", []))
     tt = data.get("tvm_target", {})
@@ -75,7 +76,13 @@ def _trigger_alternatives() -> list[bytes]:
         kws |= {"compute_version"} | {f"{c}.{m}" for c in classes for m in tt.get("current", [])}
     # a CUDA target spelled without its arch, which TVM completes from the device
     built = [re.escape(c.encode()) + rb"""\(\s*["']cuda\b""" for c in classes]
-    return [*TRIGGER_ALTERNATIVES, *(re.escape(k.encode()) for k in sorted(kws)), *built]
+    # a parameter annotated as a target (`target: Target`, `Target | None`, "Optional[Target]"),
+    # which the interpreter reads as the GPU's own target
+    # (the class's name or a dotted tail of it: not torch.fx.node.Target)
+    spelled = sorted({".".join(c.split(".")[i:]) for c in tt.get("classes", []) for i in range(len(c.split(".")))})
+    annotated = [rb"""[(,]\s*\w+\s*:\s*["']?(?:Optional\[)?(?:""" + b"|".join(re.escape(x.encode()) for x in spelled)
+                 + rb")\b(?!\.)"] if spelled else []
+    return [*TRIGGER_ALTERNATIVES, *(re.escape(k.encode()) for k in sorted(kws)), *built, *annotated]
 
 
 @lru_cache(maxsize=1)

@@ -209,7 +209,7 @@ class GateRecord:
 
 
 class Frame:
-    __slots__ = ("mod", "env", "via", "mask", "ret", "func", "cls", "report", "is_module", "dyn")
+    __slots__ = ("mod", "env", "via", "mask", "ret", "func", "cls", "report", "is_module", "dyn", "defaults", "node")
 
     def __init__(self, mod: ModuleInfo, env: dict, mask: tuple, func: str, cls: ClassRef | None, report: bool, is_module=False):
         self.mod = mod
@@ -223,6 +223,9 @@ class Frame:
         self.is_module = is_module
         # local name -> the lookups by unread strings its value came from (see _unread_lookup)
         self.dyn: dict[str, list] = {}
+        # a reported function's parameters bound to their defaults (callers may pass others), and its def
+        self.defaults: frozenset = frozenset()
+        self.node: N | None = None
 
 
 class Interp:
@@ -283,6 +286,8 @@ class Interp:
                       if f.endswith("{cc}") or g.cc >= self.rules.target_suffixed_from) or UNKNOWN_SET
             for g in self.gpus))
         self._tvm_device = self.dom.per([_TvmDevice(g.major, g.minor) for g in self.gpus])
+        # the last part of each TVM target class's name, as an annotation may spell it
+        self._target_class_names = frozenset(c.rsplit(".", 1)[-1].encode() for c in self.rules.target_classes)
 
     # ------------------------------------------------------------------ helpers
     def arch_dependent(self, av: AV) -> bool:
@@ -678,6 +683,26 @@ class Interp:
         if isinstance(av, AV) and any(isinstance(v, _CONTAINERS) for s in av.sets for v in s):
             self._assign_name(fr, name, self.dom.OPAQUE)
 
+    def _appended(self, receiver: N, method: str, args: list[AV], kwargs: dict, fr: Frame) -> bool:
+        """`conditions.append(major >= 9)` (or `.extend(seq)`) on a list held by a local name, run
+        at most once on each GPU (no loop around it, no branch the analysis could not decide):
+        the name becomes the longer list. Elsewhere (False) the list is forgotten."""
+        if method not in ("append", "extend") or receiver.k != "name" or len(args) != 1 or kwargs:
+            return False
+        if any(m == 2 for m in fr.mask):
+            return False
+        name = receiver.f["id"]
+        av = fr.env.get(name)
+        if not isinstance(av, AV) or not all(
+                isinstance(v, tuple) for s, m in zip(av.sets, fr.mask) if m for v in s):
+            return False
+        if method == "append":
+            grown = self.dom.map2(av, args[0], lambda a, b: a + (b,))
+        else:
+            grown = self.dom.map2(av, args[0], lambda a, b: a + b if isinstance(b, tuple) else _raise())
+        self._assign_name(fr, name, grown)
+        return True
+
     def _bind_target(self, fr: Frame, target: N, av: AV, via: frozenset) -> None:
         k = target.k
         if k == "subscript":
@@ -788,12 +813,15 @@ class Interp:
         saved = fr.mask
         self._exec_block(st.f["body"], fr)
         after_body = fr.mask
+        # the paths a handler may leave by its end (one that raises or returns leaves none)
+        handled = (0,) * self.n
         for h in st.f["handlers"]:
             fr.mask = tuple(2 if m else 0 for m in saved)
             self._exec_block(h, fr)
+            handled = tuple(2 if (a or b) else 0 for a, b in zip(handled, fr.mask))
         fr.mask = after_body
         self._exec_block(st.f["orelse"], fr)
-        fr.mask = tuple(max(a, 2 if b else 0) if (a or b) else 0 for a, b in zip(fr.mask, saved)) if st.f["handlers"] else fr.mask
+        fr.mask = tuple(max(a, b) if (a or b) else 0 for a, b in zip(fr.mask, handled)) if st.f["handlers"] else fr.mask
         end = fr.mask
         fr.mask = tuple(m if m else 0 for m in saved)
         self._exec_block(st.f["final"], fr)
@@ -817,6 +845,11 @@ class Interp:
         if not fr.is_module:
             ref = self._nested_ref(fr, st)
             self._assign_name(fr, st.f["name"], self.dom.const(ref) if ref else self.dom.OPAQUE)
+            # `nonlocal found` in it: whenever it runs (a callback of a visitor) it may rebind
+            # `found`, which from here on is unknown (`found = False; def visit(n): nonlocal found`)
+            for name in {x for s in _walk(st.f["body"]) if s.k == "nonlocal" for x in s.f["names"]}:
+                if name in fr.env:
+                    self._assign_name(fr, name, self.dom.OPAQUE)
         else:
             self._bind_def(fr, st)
 
@@ -1237,6 +1270,12 @@ class Interp:
             out_sets.append(cap(frozenset(acc)))
         return AV(tuple(out_sets))
 
+    def _e_slice(self, n: N, fr: Frame) -> AV:
+        """`lower:upper:step` inside a subscript: a _Slice of the parts, each an int or None."""
+        parts = [self.eval(n.f[k], fr) if n.f[k] is not None else self.dom.NONE for k in ("lower", "upper", "step")]
+        ab = self.dom.map2(parts[0], parts[1], lambda a, b: (a, b) if _slice_bound(a) and _slice_bound(b) else _raise())
+        return self.dom.map2(ab, parts[2], lambda ab, c: _Slice(*ab, c) if _slice_bound(c) else _raise())
+
     def _e_tuple(self, n: N, fr: Frame) -> AV:
         return self._seq(n, fr)
 
@@ -1412,7 +1451,7 @@ class Interp:
         if fr.report and callee_name in self.rules.jit_builders:
             self._check_jit_flags(n, fr, kwargs)
 
-        if callee_name in _MUTATORS and fn_node.k == "attr":
+        if callee_name in _MUTATORS and fn_node.k == "attr" and not self._appended(fn_node.f["value"], callee_name, args, kwargs, fr):
             self._forget_mutated(fn_node.f["value"], fr)
         result = self.dom.flat_map(func, self._call1, args, kwargs, callee_name)
         if callee_name in self.rules.target_predicates and not self.arch_dependent(result) and self._unknownish(func):
@@ -1600,11 +1639,39 @@ class Interp:
                 continue
             v = av.single()
             if isinstance(v, tuple) and all(isinstance(x, str) for x in v):
+                if self._from_default(fr, kw, n):
+                    # flags chosen by a parameter the reading took at its default: one build among
+                    # those the callers ask for, not the build's flags (left to the inventory)
+                    continue
                 adm = admits_of_nvcc_flags(self.reg, list(v))
                 if adm is not None:
                     flags = [x for x in v if "arch" in x or "code=" in x]
                     self._record(fr, n, NVCC_FLAGS, adm, [], [f"{kw}: {' '.join(flags)}"], "argument",
                                  expr_node=n, extra={"flags": flags})
+
+    def _from_default(self, fr: Frame, kw: str, call: N) -> bool:
+        """Does keyword `kw` of `call` depend, through the names the function assigns, on a
+        parameter the reported function's reading bound to its default?"""
+        if not fr.defaults or fr.node is None:
+            return False
+        expr = next((v for k, v in call.f["kwargs"] if k == kw), None)
+        if expr is None:
+            return False
+        deps: dict[str, set] = {}
+        for st in _walk(fr.node.f["body"]):
+            if st.k == "assign" and st.f["value"] is not None:
+                used = _names_in(st.f["value"])
+                for t in st.f["targets"]:
+                    for nm in _names_in(t):
+                        deps.setdefault(nm, set()).update(used)
+        seen, todo = set(), list(_names_in(expr))
+        while todo:
+            nm = todo.pop()
+            if nm in seen:
+                continue
+            seen.add(nm)
+            todo.extend(deps.get(nm, ()))
+        return bool(seen & fr.defaults)
 
     def _call1(self, f, args: list[AV], kwargs: dict, callee_name: str | None) -> AV:
         if isinstance(f, FuncRef):
@@ -1676,6 +1743,27 @@ class Interp:
             self._note("tvm-target Target(\"cuda\") given no arch: the device's")
         return AV(tuple(sets))
 
+    def _unknown_param(self, mod: ModuleInfo, node: N, pname: str, notes: dict) -> AV:
+        """A parameter given no value: unknown, except one annotated as a TVM target class
+        (`target: Target`, `Target | None`, `Optional[tvm.target.Target]`): the target a caller
+        compiles for, which the compile step derives from the device when the user names none
+        ("auto"), so the GPU's own target, as a target predicate given such a parameter."""
+        ann = _param_annotations(mod.parsed.src, node, self._target_class_names).get(pname)
+        if ann is None:
+            return self.dom.OPAQUE
+        for dotted in ann:
+            head, *rest = dotted.split(".")
+            av = self.global_value(mod.name, head)
+            for a in rest:
+                if av is None:
+                    break
+                av = self.dom.flat_map(av, self._getattr1, a)
+            v = av.single() if av is not None else None
+            if isinstance(v, ExtRef) and v.dotted in self.rules.target_classes:
+                notes[pname] = f"tvm-target parameter {pname}: {v.dotted}: the target the device gives"
+                return self._device_target
+        return self.dom.OPAQUE
+
     def _target_predicate(self, name: str, args: list[AV]) -> AV:
         """A target predicate of rules/gates.toml [[tvm_target.predicate]] (tilelang's
         TargetIsHopper, ...) on its target: exact on a target the analysis knows, the GPU's own
@@ -1714,7 +1802,7 @@ class Interp:
         if isinstance(obj, FrozenDict) and name in ("keys", "values", "items"):
             return self.dom.const(tuple({"keys": [k for k, _ in obj.items], "values": [v for _, v in obj.items],
                                          "items": list(obj.items)}[name]))
-        if isinstance(obj, str) and name in ("split", "startswith", "endswith", "lower", "upper", "strip", "replace", "format", "join"):
+        if isinstance(obj, str) and name in _STR_METHODS:
             vals = [a.single() for a in args]
             if any(v is None and a.single() is None for v, a in zip(vals, args)):
                 return self.dom.OPAQUE
@@ -1804,6 +1892,8 @@ class Interp:
 
     def _run_function(self, mod: ModuleInfo, f: FuncRef, node: N, args: list[AV], kwargs: dict, report: bool) -> AV:
         env: dict[str, Any] = {}
+        target_params: dict[str, str] = {}  # parameter -> why it holds the GPU's own target
+        defaults: list[str] = []
         params = node.f["params"]
         pos = list(args)
         gframe = Frame(mod, {}, self.ALL, mod.name, None, False, True)
@@ -1821,12 +1911,17 @@ class Interp:
                 env[pname] = kwargs[pname]
             elif default is not None and "**" not in kwargs:
                 env[pname] = self.eval(default, gframe)
+                defaults.append(pname)
             else:
-                env[pname] = self.dom.OPAQUE
+                env[pname] = self._unknown_param(mod, node, pname, target_params)
         cls = None
         if "." in f.qual and "<locals>" not in f.qual.rsplit(".", 1)[0]:
             cls = ClassRef(mod.name, f.qual.rsplit(".", 1)[0])
         fr = Frame(mod, env, self.ALL, f"{mod.name}.{f.qual}", cls, report=report)
+        for pname, note in target_params.items():
+            fr.via[pname] = frozenset((note,))
+        if report:
+            fr.defaults, fr.node = frozenset(defaults), node
         self._exec_block(node.f["body"], fr)
         ret = [cap(r | (self.dom.NONE.sets[0] if m else frozenset())) for r, m in zip(fr.ret, fr.mask)]
         ret = [r if r else UNKNOWN_SET for r in ret]
@@ -1909,6 +2004,62 @@ def _target_of(v) -> "TvmTarget | str | None":
     if kind != "cuda":
         return TvmTarget(kind, None)
     return TvmTarget(kind, arch) if arch else "device"
+
+
+# str methods evaluated on a known string (arguments known too): what arch strings go through
+# ("sm_90a".split("_")[1].rstrip("af"), "sm_100".replace("sm_", "").isdigit())
+_STR_METHODS = frozenset(("split", "rsplit", "startswith", "endswith", "lower", "upper", "strip", "lstrip", "rstrip",
+                          "replace", "format", "join", "removeprefix", "removesuffix", "isdigit", "isnumeric",
+                          "partition", "rpartition"))
+
+
+@dataclass(frozen=True, slots=True)
+class _Slice:
+    """A slice `lower:upper:step` with int (or None) parts: a subscript of a string or tuple."""
+
+    lower: int | None
+    upper: int | None
+    step: int | None
+
+
+def _slice_bound(v) -> bool:
+    return v is None or (isinstance(v, int) and not isinstance(v, bool))
+
+
+_ANNOTATED_PARAM = re.compile(rb"([A-Za-z_][A-Za-z0-9_]*)[ \t]*:[ \t]*([^,=)\n]*(?:\[[^\]\n]*\][^,=)\n]*)?)")
+_DOTTED = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+def _param_annotations(src: bytes, node: N, names: frozenset) -> dict[str, tuple[str, ...]]:
+    """The dotted names in the annotations of a def's parameters whose annotation mentions one of
+    `names` (read from the def's header bytes, which the IR does not keep): {param: names}."""
+    body = node.f.get("body") or []
+    head = src[node.sb:body[0].sb] if body else src[node.sb:node.eb]
+    if not any(n in head for n in names):
+        return {}
+    open_at = head.find(b"(")
+    out = {}
+    for m in _ANNOTATED_PARAM.finditer(head, open_at + 1 if open_at >= 0 else 0):
+        ann = m.group(2)
+        dotted = tuple(d.decode() for d in _DOTTED.findall(ann))
+        if any(d.rsplit(".", 1)[-1].encode() in names for d in dotted):
+            out[m.group(1).decode()] = dotted
+    return out
+
+
+def _walk(x):
+    """Every node in x (a node, or lists and tuples of them), depth first."""
+    if isinstance(x, N):
+        yield x
+        for v in x.f.values():
+            yield from _walk(v)
+    elif isinstance(x, (list, tuple)):
+        for v in x:
+            yield from _walk(v)
+
+
+def _names_in(x) -> set[str]:
+    return {n.f["id"] for n in _walk(x) if n.k == "name"}
 
 
 def _all_str(av: AV) -> bool:
@@ -2040,7 +2191,8 @@ def _opaque_to_env(av: AV) -> AV:
 
 
 def _index(v, i):
-    if isinstance(v, tuple):
+    if isinstance(v, (tuple, str)):
+        # `major, minor = "90"` unpacks a string's characters
         return v[i]
     if isinstance(v, _CapProps):
         raise TypeError
@@ -2055,6 +2207,8 @@ def _subscript(v, i):
         return r
     if isinstance(v, (tuple, str)) and isinstance(i, int):
         return v[i]
+    if isinstance(v, (tuple, str)) and isinstance(i, _Slice):
+        return v[i.lower:i.upper:i.step]
     raise TypeError
 
 
