@@ -182,7 +182,7 @@ def _patchable_lines(t, view: View, add) -> None:
         mods = f"{g.modules} modules" if g.modules > 1 and g is not t.patchable_more else ""
         add(_row(g.label, g.count, "gate", w, mods, g.example))
     if pa:
-        add("    partial ones are patched with --include-partial (some of their kernels are stubs)", "dim")
+        add("    partial ones are patched with --include-partial (only some of their kernels, modules or source lists work there)", "dim")
 
 
 # --- plain text ---------------------------------------------------------------------------------
