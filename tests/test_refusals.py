@@ -41,6 +41,13 @@ def test_returned_calls_of_functions_that_only_refuse(reg):
         35: ("after-early-exit", ["sm_100", "sm_103", "sm_107", "sm_110", "sm_120", "sm_121", "sm_90"]),
         41: ("branch", ["sm_90"]),
         47: ("branch", ["sm_100", "sm_103", "sm_107", "sm_110", "sm_120", "sm_121", "sm_90"]),
+        54: ("after-early-exit", ["sm_90"]),
+        # `if error is not None: return error`, error a message or None: the reason passed on
+        61: ("after-early-exit", ["sm_90"]),
+        # `if backend is not None: return backend`, backend "fa3" or None: a selection
+        67: ("conditional-expression", ["sm_90"]),
+        68: ("branch", ["sm_90"]),
     }
     assert {(f.gate.line, f.verdict) for f in res.findings if f.gate.path == AVAIL} == {
-        (27, "unresolved"), (41, "unresolved")}
+        (27, "unresolved"), (41, "unresolved"), (54, "unresolved"), (61, "unresolved"), (67, "unresolved"),
+        (68, "unresolved")}

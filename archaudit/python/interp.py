@@ -937,8 +937,15 @@ class Interp:
     def _returns_refusal(self, last: N, fr: Frame) -> bool:
         """`return report(msg, raise_error=...)`: a returned call of a function of the scan that
         only raises or returns None or False, as `return None`/`return False` is a refusal. Every
-        value the callee may be must be such a function."""
-        if last.k != "return" or last.f["value"] is None or last.f["value"].k != "call":
+        value the callee may be must be such a function. `return error` where the local holds
+        messages (strings with a space) or None only, on every GPU, passes a refusal's reason on."""
+        if last.k != "return" or last.f["value"] is None:
+            return False
+        if last.f["value"].k == "name":
+            vals = {v for s in self.eval(last.f["value"], fr).sets for v in s}
+            return any(isinstance(v, str) for v in vals) and all(
+                v is None or v is False or (isinstance(v, str) and " " in v.strip()) for v in vals)
+        if last.f["value"].k != "call":
             return False
         callee = self.eval(last.f["value"].f["func"], fr)
         refs = {v for s in callee.sets for v in s}
