@@ -363,9 +363,8 @@ class JitModel:
         out: dict[tuple[str, ...], None] = {}
         for option in v.options:
             files = [self._source(item, root) for item in flatten_values(option)]
-            found = {sf.path.rsplit("/", 1)[-1] for sf in files if sf.status == "resolved"}
-            if any(sf.status != "resolved" and not (sf.status == "missing" and sf.path.rsplit("/", 1)[-1] in found)
-                   for sf in files):
+            found = _resolved_names(files)
+            if any(sf.status != "resolved" and not _other_candidate(sf, found) for sf in files):
                 return []
             out.setdefault(tuple(sorted({sf.path for sf in files if sf.status == "resolved"})), None)
         return list(out) if len(out) > 1 else []
@@ -376,8 +375,8 @@ class JitModel:
         left unresolved."""
         # `_source_dir()` returning an installed or a checkout directory: a candidate that does not
         # exist is not a missing source when the same file resolves through another candidate
-        found = {sf.path.rsplit("/", 1)[-1] for sf in m.sources if sf.status == "resolved"}
-        alt = [sf for sf in m.sources if sf.status == "missing" and sf.path.rsplit("/", 1)[-1] in found]
+        found = _resolved_names(m.sources)
+        alt = [sf for sf in m.sources if _other_candidate(sf, found)]
         m.alternatives = [SourceFile(sf.text, "alternative", sf.path, "another candidate path for this file exists") for sf in alt]
         m.sources = [sf for sf in m.sources if sf not in alt]
         for sf in m.sources:
@@ -796,6 +795,16 @@ def _generated_includes(written: dict, dest_dirs: set[str], source_keys: set[str
         if len(paths) == 1 and all(o.how in ("rendered", "copied") and o.path for o in origins):
             out.append((name, paths.pop()))
     return out
+
+
+def _resolved_names(files: list[SourceFile]) -> set[str]:
+    return {sf.path.rsplit("/", 1)[-1] for sf in files if sf.status == "resolved"}
+
+
+def _other_candidate(sf: SourceFile, found: set[str]) -> bool:
+    """A missing candidate path of a file found through another candidate (`_source_dir()`
+    returning an installed or a checkout directory): not a missing source."""
+    return sf.status == "missing" and sf.path.rsplit("/", 1)[-1] in found
 
 
 def _choices(v) -> int:

@@ -847,7 +847,7 @@ class Interp:
             self._assign_name(fr, st.f["name"], self.dom.const(ref) if ref else self.dom.OPAQUE)
             # `nonlocal found` in it: whenever it runs (a callback of a visitor) it may rebind
             # `found`, which from here on is unknown (`found = False; def visit(n): nonlocal found`)
-            for name in {x for s in _walk(st.f["body"]) if s.k == "nonlocal" for x in s.f["names"]}:
+            for name in {x for s in iter_stmts(st.f["body"], into_defs=True) if s.k == "nonlocal" for x in s.f["names"]}:
                 if name in fr.env:
                     self._assign_name(fr, name, self.dom.OPAQUE)
         else:
